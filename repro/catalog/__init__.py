@@ -1,0 +1,450 @@
+"""Backbones, methods, prompt sets, benchmarks and shared hyperparameters, as data.
+
+The numbers live in the YAML files next to this module, each with the source it was taken from, so a
+reader can check a value against the paper without reading code, and a change of value is a one-line
+data edit. This module only loads and validates them: a malformed file fails on first use with one
+line naming the file and entry, never later inside a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from repro.errors import ReproError, unknown_name
+from repro.sampling.spec import SamplerSpec
+
+__all__ = [
+    "Backbone",
+    "Benchmark",
+    "CatalogError",
+    "Method",
+    "PromptSet",
+    "Setting",
+    "backbones",
+    "benchmark_weighting",
+    "benchmarks",
+    "get_backbone",
+    "get_benchmark",
+    "get_method",
+    "get_prompt_set",
+    "hyperparameters",
+    "methods",
+    "prompt_sets",
+]
+
+
+class CatalogError(ReproError):
+    """A catalog file is malformed; the message names the file and the entry to fix."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One fact: its value, where it comes from, and the released code's value where that differs."""
+
+    value: Any
+    source: str
+    released: Any = None
+    note: str | None = None
+
+
+_SETTING_KEYS = {"value", "source", "released", "note"}
+Settings = Mapping[str, Setting]
+
+
+@dataclass(frozen=True)
+class Backbone:
+    """A model of the grid; every fact sits in `settings` with its source, the properties read them."""
+
+    key: str
+    description: str
+    settings: Settings
+
+    @property
+    def hf_id(self) -> str | None:
+        return self.settings["hf_id"].value
+
+    @property
+    def params(self) -> str:
+        return self.settings["params"].value
+
+    @property
+    def context_length(self) -> int | None:
+        return self.settings["context_length"].value
+
+    @property
+    def device(self) -> str:
+        return self.settings["device"].value
+
+    @property
+    def gated(self) -> bool:
+        return self.settings["gated"].value
+
+    @property
+    def prompt_set(self) -> str:
+        return self.settings["prompt_set"].value
+
+    @property
+    def paper_prompt_sets(self) -> tuple[str, ...]:
+        return tuple(self.settings["paper_prompt_sets"].value)
+
+    @property
+    def paper_methods(self) -> tuple[str, ...]:
+        return tuple(self.settings["paper_methods"].value)
+
+
+@dataclass(frozen=True)
+class Method:
+    """A column of the grid: what it does, whether the paper ran it, and its sampler knobs."""
+
+    key: str
+    summary: str
+    paper: bool
+    source: str
+    sampler: Settings
+
+    @property
+    def kind(self) -> str:
+        return self.sampler["kind"].value
+
+    def sampler_spec(self, **overrides: Any) -> SamplerSpec:
+        """The method's SamplerSpec, with `overrides` (field=value) applied on top of the catalog values.
+
+        A bad override is the user's to fix, so it raises ReproError with one line, not a ValueError.
+        """
+        values = {name: setting.value for name, setting in self.sampler.items()}
+        for name, value in overrides.items():
+            problem = _sampler_value_problem(name, value)
+            if problem:
+                raise ReproError(f"method {self.key!r}: {problem}")
+            values[name] = value
+        values = {name: _coerce(name, value) for name, value in values.items()}
+        try:
+            return SamplerSpec(**values)
+        except (TypeError, ValueError) as exc:
+            raise ReproError(f"method {self.key!r}: invalid sampler settings: {exc}") from None
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """A training prompt set: the pass-rate filter and the data it is drawn from."""
+
+    key: str
+    description: str
+    settings: Settings
+
+    @property
+    def pass_rate(self) -> float:
+        return self.settings["pass_rate"].value
+
+    @property
+    def base_samples(self) -> int:
+        return self.settings["base_samples"].value
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """An evaluation benchmark; its size is its weight in the weighted average."""
+
+    key: str
+    contents: str
+    settings: Settings
+
+    @property
+    def problems(self) -> int:
+        return self.settings["problems"].value
+
+
+# ---------------------------------------------------------------------------------------- public API
+
+
+def backbones() -> dict[str, Backbone]:
+    """Every backbone by key (a fresh dict, so callers cannot alter the cached catalog)."""
+    return dict(_backbones())
+
+
+def methods() -> dict[str, Method]:
+    """Every method by key, paper methods first, in file order."""
+    return dict(_methods())
+
+
+def prompt_sets() -> dict[str, PromptSet]:
+    """Every training prompt set by key."""
+    return dict(_prompt_sets()[0])
+
+
+def benchmarks() -> dict[str, Benchmark]:
+    """Every evaluation benchmark by key."""
+    return dict(_benchmarks()[0])
+
+
+def benchmark_weighting() -> Setting:
+    """How the weighted average combines benchmarks (by number of problems), with its source."""
+    return _benchmarks()[1]
+
+
+def hyperparameters() -> dict[str, Setting]:
+    """The hyperparameters shared by every method, by name."""
+    return dict(_hyperparameters())
+
+
+def get_backbone(name: str) -> Backbone:
+    return _get(_backbones(), "backbone", name)
+
+
+def get_method(name: str) -> Method:
+    return _get(_methods(), "method", name)
+
+
+def get_prompt_set(name: str) -> PromptSet:
+    return _get(_prompt_sets()[0], "prompt set", name)
+
+
+def get_benchmark(name: str) -> Benchmark:
+    return _get(_benchmarks()[0], "benchmark", name)
+
+
+def _get(table: Mapping[str, Any], kind: str, name: str) -> Any:
+    try:
+        return table[name]
+    except KeyError:
+        raise unknown_name(kind, name, table) from None
+
+
+# ------------------------------------------------------------------------------------------- loading
+
+_BACKBONE_FIELDS = (
+    "hf_id",
+    "params",
+    "context_length",
+    "device",
+    "gated",
+    "prompt_set",
+    "paper_prompt_sets",
+    "paper_methods",
+)
+_SPEC_FIELDS = {f.name: f for f in dataclasses.fields(SamplerSpec)}
+
+
+def _read(filename: str) -> dict[str, Any]:
+    text = resources.files(__name__).joinpath(filename).read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CatalogError(f"{filename}: not valid YAML: {' '.join(str(exc).split())}") from None
+    return _mapping(data, filename)
+
+
+@functools.cache
+def _backbones() -> Mapping[str, Backbone]:
+    return MappingProxyType(
+        _parse_backbones(_read("backbones.yaml"), "backbones.yaml", set(_methods()), set(_prompt_sets()[0]))
+    )
+
+
+@functools.cache
+def _methods() -> Mapping[str, Method]:
+    return MappingProxyType(_parse_methods(_read("methods.yaml"), "methods.yaml"))
+
+
+@functools.cache
+def _prompt_sets() -> tuple[Mapping[str, PromptSet], Settings]:
+    sets, common = _parse_prompt_sets(_read("prompt_sets.yaml"), "prompt_sets.yaml")
+    return MappingProxyType(sets), common
+
+
+@functools.cache
+def _benchmarks() -> tuple[Mapping[str, Benchmark], Setting]:
+    table, weighting = _parse_benchmarks(_read("benchmarks.yaml"), "benchmarks.yaml")
+    return MappingProxyType(table), weighting
+
+
+@functools.cache
+def _hyperparameters() -> Settings:
+    filename = "hyperparameters.yaml"
+    data = _read(filename)
+    return MappingProxyType({name: _setting(raw, f"{filename}: {name}") for name, raw in data.items()})
+
+
+# The parsers take already-loaded YAML, so tests can feed them broken data directly.
+
+
+def _parse_backbones(
+    data: Mapping[str, Any], filename: str, method_keys: set[str], prompt_set_keys: set[str]
+) -> dict[str, Backbone]:
+    out: dict[str, Backbone] = {}
+    for key, raw in data.items():
+        where = f"{filename}: {key}"
+        entry = dict(_mapping(raw, where))
+        description = _text(entry.pop("description", None), f"{where}.description")
+        settings = _settings(entry, where, required=_BACKBONE_FIELDS, allowed=_BACKBONE_FIELDS)
+        if settings["device"].value not in ("gpu", "cpu"):
+            raise CatalogError(f"{where}.device: must be gpu or cpu, got {settings['device'].value!r}")
+        for name, valid in (("prompt_set", prompt_set_keys), ("paper_prompt_sets", prompt_set_keys)):
+            values = settings[name].value
+            for value in values if isinstance(values, list) else [values]:
+                if value not in valid:
+                    raise CatalogError(f"{where}.{name}: {unknown_name('prompt set', str(value), valid)}")
+        paper_methods = settings["paper_methods"].value
+        if not isinstance(paper_methods, list):
+            raise CatalogError(f"{where}.paper_methods: must be a list of method keys")
+        for value in paper_methods:
+            if value not in method_keys:
+                raise CatalogError(f"{where}.paper_methods: {unknown_name('method', str(value), method_keys)}")
+        out[key] = Backbone(key=key, description=description, settings=settings)
+    return out
+
+
+def _parse_methods(data: Mapping[str, Any], filename: str) -> dict[str, Method]:
+    out: dict[str, Method] = {}
+    for key, raw in data.items():
+        where = f"{filename}: {key}"
+        entry = _mapping(raw, where)
+        extra = sorted(set(entry) - {"summary", "paper", "source", "sampler"})
+        if extra:
+            raise CatalogError(f"{where}: unknown fields {extra}; allowed: paper, sampler, source, summary")
+        if not isinstance(entry.get("paper"), bool):
+            raise CatalogError(f"{where}.paper: must be true or false")
+        sampler = _settings(
+            _mapping(entry.get("sampler"), f"{where}.sampler"),
+            f"{where}.sampler",
+            required=("kind",),
+            allowed=tuple(_SPEC_FIELDS),
+        )
+        for name, setting in sampler.items():
+            problem = _sampler_value_problem(name, setting.value)
+            if problem:
+                raise CatalogError(f"{where}.sampler: {problem}")
+        method = Method(
+            key=key,
+            summary=_text(entry.get("summary"), f"{where}.summary"),
+            paper=entry["paper"],
+            source=_text(entry.get("source"), f"{where}.source"),
+            sampler=sampler,
+        )
+        try:
+            method.sampler_spec()
+        except ReproError as exc:
+            raise CatalogError(f"{filename}: {exc}") from None
+        out[key] = method
+    return out
+
+
+def _parse_prompt_sets(data: Mapping[str, Any], filename: str) -> tuple[dict[str, PromptSet], Settings]:
+    _only(data, filename, ("common", "prompt_sets"))
+    common = _settings(_mapping(data.get("common"), f"{filename}: common"), f"{filename}: common")
+    out: dict[str, PromptSet] = {}
+    for key, raw in _mapping(data.get("prompt_sets"), f"{filename}: prompt_sets").items():
+        where = f"{filename}: {key}"
+        entry = dict(_mapping(raw, where))
+        description = _text(entry.pop("description", None), f"{where}.description")
+        own = _settings(entry, where, required=("pass_rate",))
+        rate = own["pass_rate"].value
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1:
+            raise CatalogError(f"{where}.pass_rate: must be a number in (0, 1], got {rate!r}")
+        out[key] = PromptSet(key, description, MappingProxyType({**common, **own}))
+    return out, common
+
+
+def _parse_benchmarks(data: Mapping[str, Any], filename: str) -> tuple[dict[str, Benchmark], Setting]:
+    _only(data, filename, ("weighted_average", "benchmarks"))
+    weighting = _setting(data.get("weighted_average"), f"{filename}: weighted_average")
+    out: dict[str, Benchmark] = {}
+    for key, raw in _mapping(data.get("benchmarks"), f"{filename}: benchmarks").items():
+        where = f"{filename}: {key}"
+        entry = dict(_mapping(raw, where))
+        contents = _text(entry.pop("contents", None), f"{where}.contents")
+        settings = _settings(entry, where, required=("problems",))
+        problems = settings["problems"].value
+        if isinstance(problems, bool) or not isinstance(problems, int) or problems < 1:
+            raise CatalogError(f"{where}.problems: must be a positive integer, got {problems!r}")
+        out[key] = Benchmark(key, contents, settings)
+    return out, weighting
+
+
+# ---------------------------------------------------------------------------------------- validation
+
+
+def _mapping(raw: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping) or not raw:
+        raise CatalogError(f"{where}: expected a non-empty mapping, got {type(raw).__name__}")
+    return raw
+
+
+def _text(raw: Any, where: str) -> str:
+    if not isinstance(raw, str) or not raw.strip():
+        raise CatalogError(f"{where}: missing or empty text")
+    return raw.strip()
+
+
+def _only(data: Mapping[str, Any], where: str, allowed: tuple[str, ...]) -> None:
+    extra = sorted(set(data) - set(allowed))
+    if extra:
+        raise CatalogError(f"{where}: unknown top-level keys {extra}; allowed: {', '.join(allowed)}")
+
+
+def _setting(raw: Any, where: str) -> Setting:
+    """A {value, source[, released, note]} mapping; a fact without a source is refused."""
+    if not isinstance(raw, Mapping) or "value" not in raw:
+        raise CatalogError(f"{where}: expected a mapping with 'value' and 'source'")
+    extra = sorted(set(raw) - _SETTING_KEYS)
+    if extra:
+        raise CatalogError(f"{where}: unknown keys {extra}; allowed: {', '.join(sorted(_SETTING_KEYS))}")
+    source = raw.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise CatalogError(f"{where}: missing source")
+    note = raw.get("note")
+    if note is not None and not isinstance(note, str):
+        raise CatalogError(f"{where}.note: must be text")
+    return Setting(value=raw["value"], source=source.strip(), released=raw.get("released"), note=note)
+
+
+def _settings(
+    raw: Mapping[str, Any], where: str, required: tuple[str, ...] = (), allowed: tuple[str, ...] | None = None
+) -> Settings:
+    missing = [name for name in required if name not in raw]
+    if missing:
+        raise CatalogError(f"{where}: missing settings {missing}")
+    if allowed is not None:
+        extra = sorted(set(raw) - set(allowed))
+        if extra:
+            raise CatalogError(f"{where}: unknown settings {extra}; allowed: {', '.join(sorted(allowed))}")
+    return MappingProxyType({name: _setting(value, f"{where}.{name}") for name, value in raw.items()})
+
+
+def _sampler_value_problem(name: str, value: Any) -> str | None:
+    """Why `value` cannot be SamplerSpec field `name` (None when it can); types follow the defaults.
+
+    SamplerSpec checks ranges and combinations but not types, and a YAML or CLI typo such as
+    streaming: "yes" would otherwise be accepted as truthy.
+    """
+    field = _SPEC_FIELDS.get(name)
+    if field is None:
+        return f"unknown sampler setting {name!r}; valid: {', '.join(sorted(_SPEC_FIELDS))}"
+    default = field.default
+    if default is dataclasses.MISSING or isinstance(default, str):
+        ok, expected = isinstance(value, str), "text"
+    elif isinstance(default, bool):
+        ok, expected = isinstance(value, bool), "true or false"
+    elif isinstance(default, float):
+        ok, expected = isinstance(value, int | float) and not isinstance(value, bool), "a number"
+    elif isinstance(default, int) or default is None:
+        ok = (isinstance(value, int) and not isinstance(value, bool)) or (default is None and value is None)
+        expected = "an integer" if default is not None else "an integer or null"
+    else:  # pragma: no cover - a new SamplerSpec field type needs a rule here
+        return None
+    return None if ok else f"sampler setting {name} must be {expected}, got {value!r}"
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Ints where SamplerSpec expects floats become floats, so to_dict() is the same for kappa 2 and 2.0."""
+    if isinstance(_SPEC_FIELDS[name].default, float) and isinstance(value, int):
+        return float(value)
+    return value

@@ -1,0 +1,181 @@
+"""`repro models` and `repro methods`: the catalog printed as tables, each value beside its source.
+
+The facts live in `repro.catalog`; this module only lays them out, so no number is restated here and a
+table can never disagree with what a run actually uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from repro import catalog
+from repro.catalog import Setting
+from repro.console import stdout_console
+from repro.sampling.spec import SamplerSpec
+
+
+def models(
+    name: str | None = typer.Argument(
+        None,
+        metavar="NAME",
+        help="A backbone key, e.g. qwen2.5-math-7b or tiny-arith. Omit it to list every backbone.",
+        show_default=False,
+    ),
+) -> None:
+    """List the backbones of the grid, or show every fact about one with its source.
+
+    Examples:
+
+      repro models                     # all backbones, one line each
+
+      repro models qwen2.5-math-1.5b   # every fact with its source
+
+      repro models tiny-arith          # the CPU miniature
+    """
+    console = stdout_console()
+    if name is None:
+        console.print(_backbones_table())
+        console.print("Show one with its sources: repro models NAME", style="dim")
+        return
+    backbone = catalog.get_backbone(name)
+    console.print(Text(backbone.key, style="bold"))
+    console.print(Text(backbone.description))
+    console.print(_settings_table(f"{backbone.key}: settings", backbone.settings))
+
+
+def methods(
+    name: str | None = typer.Argument(
+        None,
+        metavar="NAME",
+        help="A method key, e.g. seq-balance or grpo-n4. Omit it to list every method.",
+        show_default=False,
+    ),
+) -> None:
+    """List the methods of the grid, or show every sampler setting of one with its source.
+
+    Examples:
+
+      repro methods                    # all methods, one line each
+
+      repro methods seq-balance        # every sampler setting with its source
+
+      repro methods seq-balance-stream # ours: no round barriers
+    """
+    console = stdout_console()
+    if name is None:
+        console.print(_methods_table())
+        console.print(
+            "paper: run in arXiv 2510.04996; ours: beyond the paper. Show one with its sources: repro methods NAME",
+            style="dim",
+        )
+        return
+    method = catalog.get_method(name)
+    origin = "in the paper" if method.paper else "ours, beyond the paper"
+    console.print(Text(f"{method.key} ({origin})", style="bold"))
+    console.print(Text(method.summary))
+    console.print(Text(f"Defined in: {method.source}", style="dim"))
+    console.print(_settings_table(f"{method.key}: sampler settings", method.sampler))
+    console.print(Text("Other SamplerSpec fields keep their defaults; this method does not read them.", style="dim"))
+    console.print(Text(shared_hyperparameters_line()))
+
+
+def shared_hyperparameters_line() -> str:
+    """One line summing up what every method shares, so a method's page is complete on its own."""
+    settings = catalog.hyperparameters()
+    h = {key: setting.value for key, setting in settings.items()}
+    kl = "no KL" if not (h["use_kl_in_reward"] or h["use_kl_loss"]) else "KL on"
+    return (
+        f"Shared by all methods: {h['policy_loss']} (clip {h['clip_ratio_low']}/{h['clip_ratio_high']}), "
+        f"{h['loss_agg_mode']}, {kl}, entropy {h['entropy_coeff']}"
+        f"{_released(settings['entropy_coeff'])}; {h['optimizer']} lr {h['lr']} {h['lr_schedule']}, "
+        f"{h['lr_warmup_steps']} warm-up steps; {h['train_prompt_batch_size']} prompts per step, "
+        f"mini-batch {h['ppo_mini_batch_size']}, {h['total_training_steps']} steps"
+        f"{_released(settings['total_training_steps'])}; temperature {h['temperature']}, "
+        f"top-p {h['top_p']}, response <= {h['max_response_length']} tokens. "
+        "Every value with its source: repro/catalog/hyperparameters.yaml."
+    )
+
+
+def _released(setting: Setting) -> str:
+    return "" if setting.released is None else f" (released: {_fmt(setting.released)})"
+
+
+def _backbones_table() -> Table:
+    table = Table(title="Backbones")
+    table.add_column("key", no_wrap=True, style="bold")
+    table.add_column("HF id", overflow="fold")
+    table.add_column("params")
+    table.add_column("device")
+    table.add_column("prompt set")
+    for backbone in catalog.backbones().values():
+        table.add_row(
+            Text(backbone.key),
+            Text(_fmt(backbone.hf_id) if backbone.hf_id else "(built locally)"),
+            Text(backbone.params),
+            Text(backbone.device),
+            Text(backbone.prompt_set),
+        )
+    return table
+
+
+def _methods_table() -> Table:
+    table = Table(title="Methods")
+    table.add_column("key", no_wrap=True, style="bold")
+    table.add_column("kind")
+    table.add_column("n")
+    table.add_column("key knobs")
+    table.add_column("origin")
+    for method in catalog.methods().values():
+        spec = method.sampler_spec()
+        group = f"~{spec.n_avg}" if spec.kind == "est" else str(spec.n)
+        table.add_row(
+            Text(method.key),
+            Text(spec.kind),
+            Text(group),
+            Text(_knobs(spec)),
+            Text("paper" if method.paper else "ours"),
+        )
+    return table
+
+
+def _knobs(spec: SamplerSpec) -> str:
+    """The few knobs that tell the methods apart, in words a reader of the paper recognises."""
+    if spec.kind == "uniform":
+        return "std-normalised group advantage" if spec.norm_adv_by_std else "mean-centred group advantage"
+    if spec.kind == "dapo":
+        return f"drop all-equal groups, <= {spec.max_num_gen_batches} gen batches, at cap: {spec.on_cap}"
+    if spec.kind == "seq":
+        schedule = "streaming" if spec.streaming else "rounds"
+        return f"exit {spec.exit_rule}, M={spec.round_size} x N={spec.max_rounds}, {schedule}"
+    return f"N in [{spec.n_min}, {spec.n_max}] ∝ 1/sqrt(p), w_max={spec.w_max}"
+
+
+def _settings_table(title: str, settings: Mapping[str, Setting]) -> Table:
+    table = Table(title=title, show_lines=True)
+    table.add_column("setting", no_wrap=True, style="bold")
+    table.add_column("value", overflow="fold")
+    table.add_column("source", overflow="fold")
+    for key, setting in settings.items():
+        source = setting.source
+        if setting.released is not None:
+            source += f"\nreleased code: {_fmt(setting.released)}"
+        if setting.note:
+            source += f"\nnote: {setting.note}"
+        table.add_row(Text(key), Text(_fmt(setting.value)), Text(source))
+    return table
+
+
+def _fmt(value: Any) -> str:
+    """YAML-like spelling, so what the table shows is what a user would write in a config."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ", ".join(_fmt(item) for item in value) if value else "(none)"
+    return str(value)

@@ -1,0 +1,27 @@
+"""The algorithm core: framework-free (numpy only) samplers shared by every driver."""
+
+from repro.sampling.allocation import allocate, continuous_allocation, largest_remainder, residual_weights
+from repro.sampling.drive import run_step_sync
+from repro.sampling.estimator import BetaBernoulliEstimator
+from repro.sampling.spec import SamplerSpec
+from repro.sampling.step import DapoCapExceeded, StepResult, StepSampler
+
+
+def make_estimator(spec: SamplerSpec) -> BetaBernoulliEstimator:
+    """The estimator an Est run keeps across steps, configured from the spec."""
+    return BetaBernoulliEstimator(spec.kappa, spec.decay, spec.p_min, spec.prior_mean_init)
+
+
+__all__ = [
+    "BetaBernoulliEstimator",
+    "DapoCapExceeded",
+    "SamplerSpec",
+    "StepResult",
+    "StepSampler",
+    "allocate",
+    "continuous_allocation",
+    "largest_remainder",
+    "make_estimator",
+    "residual_weights",
+    "run_step_sync",
+]

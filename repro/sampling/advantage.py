@@ -1,0 +1,38 @@
+"""Advantages on flat response arrays grouped by prompt slot (numpy mirrors of what verl computes)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def group_stats(groups: np.ndarray, values: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group: count, mean and unbiased std (ddof=1, as torch.std; 0 for singletons)."""
+    count = np.bincount(groups, minlength=n_groups).astype(float)
+    total = np.bincount(groups, weights=values, minlength=n_groups)
+    mean = np.divide(total, count, out=np.zeros(n_groups), where=count > 0)
+    sq = np.bincount(groups, weights=(values - mean[groups]) ** 2, minlength=n_groups)
+    var = np.divide(sq, count - 1, out=np.zeros(n_groups), where=count > 1)
+    return count, mean, np.sqrt(var)
+
+
+def grpo_advantage(
+    groups: np.ndarray, rewards: np.ndarray, n_groups: int, norm_by_std: bool, epsilon: float
+) -> np.ndarray:
+    """verl's `grpo` estimator: (r - group mean) / (group std + eps); a singleton group keeps r."""
+    count, mean, std = group_stats(groups, rewards, n_groups)
+    single = count[groups] == 1
+    mean_g = np.where(single, 0.0, mean[groups])
+    std_g = np.where(single, 1.0, std[groups])
+    centred = rewards - mean_g
+    return centred / (std_g + epsilon) if norm_by_std else centred
+
+
+def global_baseline_advantage(
+    rewards: np.ndarray,
+    pool_mean: np.ndarray,
+    pool_std: np.ndarray | None = None,
+    epsilon: float = 1e-6,
+) -> np.ndarray:
+    """Reinforce-Ada's A_i = r_i - mean(whole pool); optional division by the pool's std (ablation)."""
+    centred = rewards - pool_mean
+    return centred if pool_std is None else centred / (pool_std + epsilon)

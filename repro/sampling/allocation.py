@@ -1,0 +1,68 @@
+"""Reinforce-Ada-Est's budget split: N_x ∝ 1/sqrt(p_hat_x), clamped, integer, summing to the budget."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def continuous_allocation(p_hat: np.ndarray, budget: float, n_min: float, n_max: float) -> np.ndarray:
+    """Real-valued v_x = clip(c / sqrt(p_hat_x), n_min, n_max) with c chosen so that sum v = budget.
+
+    The clamped sum is monotone and piecewise linear in c, so bisection finds c to machine precision;
+    clamping first and rescaling the rest is what keeps the hardest prompts from taking everything.
+    """
+    g = 1.0 / np.sqrt(np.asarray(p_hat, dtype=float))
+    count = g.size
+    if not count * n_min <= budget <= count * n_max:
+        raise ValueError(f"budget {budget} infeasible for {count} prompts with clamps [{n_min}, {n_max}]")
+    lo, hi = n_min / g.max(), n_max / g.min()
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if np.clip(mid * g, n_min, n_max).sum() < budget:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-15 * hi:
+            break
+    return np.clip(hi * g, n_min, n_max)
+
+
+def largest_remainder(values: np.ndarray, total: int, low: int, high: int) -> np.ndarray:
+    """Integers within [low, high], each floor or ceil of its value, summing to `total` exactly.
+
+    Units go to the largest fractional parts first (ties to the lower index), so the result is
+    deterministic and a larger value never gets fewer units than a smaller one.
+    """
+    values = np.asarray(values, dtype=float)
+    base = np.clip(np.floor(values + 1e-9), low, high).astype(np.int64)
+    frac = values - base
+    short = int(total - base.sum())
+    index = np.arange(values.size)
+    if short > 0:
+        room = np.flatnonzero(base < high)
+        order = room[np.lexsort((index[room], -frac[room]))]
+        if short > order.size:
+            raise ValueError("total exceeds what the clamps allow")
+        base[order[:short]] += 1
+    elif short < 0:
+        room = np.flatnonzero(base > low)
+        order = room[np.lexsort((index[room], frac[room]))]
+        if -short > order.size:
+            raise ValueError("total is below what the clamps allow")
+        base[order[:-short]] -= 1
+    return base
+
+
+def allocate(p_hat: np.ndarray, budget: int, n_min: int, n_max: int) -> np.ndarray:
+    """Responses per prompt for one step: sum equals `budget`, each within [n_min, n_max]."""
+    return largest_remainder(continuous_allocation(p_hat, budget, n_min, n_max), budget, n_min, n_max)
+
+
+def residual_weights(p_hat: np.ndarray, w_max: float) -> np.ndarray:
+    """w_x = (1/sqrt(p_hat_x)) / batch mean, clipped at w_max.
+
+    Sampling ∝ 1/sqrt(p) times weighting by 1/sqrt(p) gives the log objective's 1/p; the clip keeps a
+    badly underestimated prompt from dominating the update.
+    """
+    g = 1.0 / np.sqrt(np.asarray(p_hat, dtype=float))
+    return np.minimum(g / g.mean(), w_max)

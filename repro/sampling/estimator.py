@@ -1,0 +1,134 @@
+"""Reinforce-Ada-Est's pass-rate estimator: a decayed Beta-Bernoulli posterior per prompt.
+
+Its state outlives a step and must outlive a restart: a resumed run that forgot it would treat every
+prompt as new and spend the budget uniformly. Hence `state_dict`/`save` and their inverses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+STATE_VERSION = 1
+
+
+class BetaBernoulliEstimator:
+    """Per prompt (a, b); after k positives of m: a <- decay*a + k, b <- decay*b + (m - k).
+
+    A prompt seen for the first time starts from the running batch pass rate with strength `kappa`;
+    that running rate is itself a decayed ratio of batch totals, so it tracks the policy as it learns.
+    """
+
+    def __init__(self, kappa: float, decay: float, p_min: float, prior_mean_init: float = 0.5) -> None:
+        self.kappa = float(kappa)
+        self.decay = float(decay)
+        self.p_min = float(p_min)
+        self.prior_mean_init = float(prior_mean_init)
+        self._row: dict[str, int] = {}
+        self._a = np.zeros(0)
+        self._b = np.zeros(0)
+        self._sum_k = 0.0
+        self._sum_m = 0.0
+
+    def __len__(self) -> int:
+        return len(self._row)
+
+    def prior_mean(self) -> float:
+        return self._sum_k / self._sum_m if self._sum_m > 0 else self.prior_mean_init
+
+    def _rows(self, ids: Sequence[Hashable], create: bool) -> np.ndarray:
+        keys = [str(i) for i in ids]
+        missing = [k for k in dict.fromkeys(keys) if k not in self._row]
+        if missing and create:
+            start = len(self._row)
+            for offset, key in enumerate(missing):
+                self._row[key] = start + offset
+            m0 = self.prior_mean()
+            self._a = np.concatenate([self._a, np.full(len(missing), self.kappa * m0)])
+            self._b = np.concatenate([self._b, np.full(len(missing), self.kappa * (1.0 - m0))])
+        return np.array([self._row.get(k, -1) for k in keys], dtype=np.int64)
+
+    def posterior_mean(self, ids: Sequence[Hashable]) -> np.ndarray:
+        """Unclamped a/(a+b); unseen prompts get the current prior mean."""
+        rows = self._rows(ids, create=False)
+        out = np.full(rows.size, self.prior_mean())
+        seen = rows >= 0
+        a, b = self._a[rows[seen]], self._b[rows[seen]]
+        total = a + b
+        out[seen] = np.where(total > 0, a / np.where(total > 0, total, 1.0), self.prior_mean())
+        return out
+
+    def p_hat(self, ids: Sequence[Hashable]) -> np.ndarray:
+        """The estimate used for allocation and weights, clamped to [p_min, 1]."""
+        return np.clip(self.posterior_mean(ids), self.p_min, 1.0)
+
+    def update(self, ids: Sequence[Hashable], positives: np.ndarray, drawn: np.ndarray) -> None:
+        positives = np.asarray(positives, dtype=float)
+        drawn = np.asarray(drawn, dtype=float)
+        if np.any(positives < 0) or np.any(positives > drawn):
+            raise ValueError("need 0 <= positives <= drawn for every prompt")
+        rows = self._rows(ids, create=True)
+        # A prompt twice in one batch is decayed once per occurrence, in order.
+        for row, k, m in zip(rows, positives, drawn, strict=True):
+            self._a[row] = self.decay * self._a[row] + k
+            self._b[row] = self.decay * self._b[row] + (m - k)
+        self._sum_k = self.decay * self._sum_k + float(positives.sum())
+        self._sum_m = self.decay * self._sum_m + float(drawn.sum())
+
+    def state_dict(self) -> dict[str, Any]:
+        keys = sorted(self._row, key=self._row.__getitem__)
+        return {
+            "version": STATE_VERSION,
+            "params": {
+                "kappa": self.kappa,
+                "decay": self.decay,
+                "p_min": self.p_min,
+                "prior_mean_init": self.prior_mean_init,
+            },
+            "running": {"sum_k": self._sum_k, "sum_m": self._sum_m},
+            "prompts": {"ids": keys, "a": self._a.tolist(), "b": self._b.tolist()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"estimator state version {state.get('version')!r}, expected {STATE_VERSION}")
+        params = state["params"]
+        self.kappa, self.decay = float(params["kappa"]), float(params["decay"])
+        self.p_min, self.prior_mean_init = float(params["p_min"]), float(params["prior_mean_init"])
+        self._sum_k = float(state["running"]["sum_k"])
+        self._sum_m = float(state["running"]["sum_m"])
+        prompts = state["prompts"]
+        self._row = {key: i for i, key in enumerate(prompts["ids"])}
+        self._a = np.asarray(prompts["a"], dtype=float)
+        self._b = np.asarray(prompts["b"], dtype=float)
+        if not (len(self._row) == self._a.size == self._b.size):
+            raise ValueError("estimator state is inconsistent: ids, a and b differ in length")
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Atomic JSON write: a crash mid-save leaves the previous state, never half a file."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as handle:
+                json.dump(self.state_dict(), handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> BetaBernoulliEstimator:
+        with open(path) as handle:
+            state = json.load(handle)
+        est = cls(**state["params"])
+        est.load_state_dict(state)
+        return est

@@ -1,0 +1,96 @@
+"""Per-step sampler metrics, named once here so every driver logs the same keys.
+
+The paper's Figure 5 reads these: additional samples, prompts still active after each round (split
+into missing positives and missing negatives), prompts resolved within two rounds.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from repro.sampling.advantage import group_stats
+from repro.sampling.rules import required_negatives, required_positives
+
+if TYPE_CHECKING:
+    from repro.sampling.step import StepResult
+
+PREFIX = "sampler"
+
+
+def step_metrics(
+    result: StepResult,
+    *,
+    first_request: np.ndarray,
+    initial_prompts: int,
+    gen_batches: int,
+    p_hat: np.ndarray | None,
+) -> dict[str, float]:
+    spec = result.spec
+    size = result.pool_size
+    total = int(size.sum())
+    m: dict[str, float] = {
+        f"{PREFIX}/prompts": float(size.size),
+        f"{PREFIX}/responses_total": float(total),
+        f"{PREFIX}/responses_per_prompt": total / max(initial_prompts, 1),
+        f"{PREFIX}/pool_size_mean": float(size.mean()),
+        f"{PREFIX}/pool_size_max": float(size.max()),
+        # beyond each initial prompt's first request: later rounds (Seq) or refill batches (DAPO)
+        f"{PREFIX}/additional_samples": float(total - first_request[:initial_prompts].sum()),
+        f"{PREFIX}/pool_reward_mean": float(np.sum(result.pool_mean * size) / max(total, 1)),
+    }
+    rows = result.reward.size
+    inc = result.included
+    m[f"{PREFIX}/update_size"] = float(rows)
+    m[f"{PREFIX}/update_prompts"] = float(inc.sum())
+    m[f"{PREFIX}/update_reward_mean"] = float(result.reward.mean()) if rows else 0.0
+    if rows:
+        _, _, std = group_stats(result.slot, result.reward, size.size)
+        zero_var = inc & (std == 0)
+        m[f"{PREFIX}/zero_variance_frac"] = float(zero_var.sum() / max(inc.sum(), 1))
+        positive = result.reward > spec.positive_threshold
+        n_pos = np.bincount(result.slot, weights=positive, minlength=size.size)
+        n_all = np.bincount(result.slot, minlength=size.size)
+        mixed = inc & (n_pos > 0) & (n_pos < n_all)
+        m[f"{PREFIX}/signal_frac"] = float(mixed.sum() / max(inc.sum(), 1))
+    else:
+        m[f"{PREFIX}/zero_variance_frac"] = 0.0
+        m[f"{PREFIX}/signal_frac"] = 0.0
+
+    if spec.kind == "seq":
+        exit_round = result.exit_round
+        unresolved = exit_round == 0
+        for t in range(1, spec.max_rounds + 1):
+            m[f"{PREFIX}/active_after_round_{t}"] = float(np.sum(unresolved | (exit_round > t)))
+        m[f"{PREFIX}/resolved_within_2_rounds"] = float(np.sum((exit_round >= 1) & (exit_round <= 2)))
+        missing_pos = unresolved & (result.pool_positives < required_positives(spec))
+        missing_neg = unresolved & ~missing_pos & (size - result.pool_positives < required_negatives(spec))
+        m[f"{PREFIX}/unresolved"] = float(unresolved.sum())
+        m[f"{PREFIX}/unresolved_missing_pos"] = float(missing_pos.sum())
+        m[f"{PREFIX}/unresolved_missing_neg"] = float(missing_neg.sum())
+
+    if spec.kind == "dapo":
+        mixed_pool = inc | ((size > 1) & (result.pool_positives > 0) & (result.pool_positives < size))
+        all_pos = (result.pool_positives == size) & ~inc
+        m["dapo/num_gen_batches"] = float(gen_batches)
+        m["dapo/prompts_drawn"] = float(size.size)
+        m["dapo/kept_prompts"] = float(inc.sum())
+        m["dapo/dropped_all_correct"] = float(np.sum(all_pos & ~mixed_pool))
+        m["dapo/dropped_all_wrong"] = float(np.sum((result.pool_positives == 0) & ~mixed_pool))
+        m["dapo/discarded_surplus"] = float(np.sum(mixed_pool & ~inc))
+        m["dapo/cap_hit"] = float(inc.sum() < initial_prompts)
+
+    if spec.kind == "est" and p_hat is not None:
+        observed = result.pool_positives / np.maximum(size, 1)
+        m["est/p_hat_mean"] = float(p_hat.mean())
+        m["est/p_hat_min"] = float(p_hat.min())
+        m["est/p_hat_max"] = float(p_hat.max())
+        m["est/alloc_min"] = float(size.min())
+        m["est/alloc_mean"] = float(size.mean())
+        m["est/alloc_max"] = float(size.max())
+        m["est/weight_min"] = float(result.weight.min())
+        m["est/weight_max"] = float(result.weight.max())
+        m["est/calibration_mae"] = float(np.abs(p_hat - observed).mean())
+        m["est/calibration_bias"] = float((p_hat - observed).mean())
+    return m

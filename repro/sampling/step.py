@@ -1,0 +1,297 @@
+"""One training step's sampling as a state machine that any driver can run.
+
+A driver (verl rollout manager, CPU trainer, simulator) asks which prompts need how many more
+responses, generates and scores them, and reports the rewards back; the machine decides exits and,
+at the end, the update group, baseline and weight of every prompt. Synchronous drivers call `plan()`
+once per round after every reward of the previous round is in; streaming drivers call `request(slot)`
+as soon as one prompt's batch is scored. The per-prompt process is the same either way, so the pools
+have the same distribution and only the scheduling differs.
+
+Each prompt of the step occupies a *slot*; rewards are kept in a [slots, pool cap] array in arrival
+order, so a response is identified by (slot, index) and a driver keeps its own list per slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from repro.sampling.advantage import global_baseline_advantage, group_stats, grpo_advantage
+from repro.sampling.allocation import allocate, residual_weights
+from repro.sampling.downsample import select_group
+from repro.sampling.estimator import BetaBernoulliEstimator
+from repro.sampling.metrics import step_metrics
+from repro.sampling.rules import exit_met
+from repro.sampling.spec import SamplerSpec
+
+WAITING, OUTSTANDING, FINISHED = 0, 1, 2
+
+
+class DapoCapExceeded(RuntimeError):
+    """DAPO hit its generation-batch cap before collecting enough mixed groups (verl raises too)."""
+
+
+@dataclass
+class StepResult:
+    """What the update needs, flat over kept responses, plus per-prompt pool statistics."""
+
+    spec: SamplerSpec
+    prompt_ids: list[Hashable]
+    pool_size: np.ndarray  # [slots] responses drawn
+    pool_positives: np.ndarray  # [slots]
+    pool_mean: np.ndarray  # [slots] mean reward over the whole pool: the global baseline
+    weight: np.ndarray  # [slots] Est residual weight (1 elsewhere)
+    included: np.ndarray  # [slots] whether the prompt has an update group
+    rounds: np.ndarray  # [slots] request batches completed
+    exit_round: np.ndarray  # [slots] round the exit rule was met, 0 if never (seq only)
+    slot: np.ndarray  # [rows] prompt slot of each kept response
+    index: np.ndarray  # [rows] arrival position of the response within its pool
+    reward: np.ndarray  # [rows]
+    advantage: np.ndarray  # [rows]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def group(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
+        """Kept arrival indices and their advantages for one prompt."""
+        rows = self.slot == slot
+        return self.index[rows], self.advantage[rows]
+
+
+class StepSampler:
+    """The sampling state of one step for every method of the grid (see METHODS.md)."""
+
+    def __init__(
+        self,
+        spec: SamplerSpec,
+        prompt_ids: Sequence[Hashable],
+        *,
+        rng: np.random.Generator | int | None = None,
+        estimator: BetaBernoulliEstimator | None = None,
+    ) -> None:
+        if len(prompt_ids) == 0:
+            raise ValueError("a step needs at least one prompt")
+        self.spec = spec
+        self._rng = (
+            rng if isinstance(rng, np.random.Generator) else np.random.default_rng(spec.seed if rng is None else rng)
+        )
+        self._estimator = estimator
+        self._target = len(prompt_ids)
+        cap = spec.pool_cap
+        self._ids: list[Hashable] = []
+        self._rewards = np.zeros((0, cap))
+        self._count = np.zeros(0, dtype=np.int64)
+        self._npos = np.zeros(0, dtype=np.int64)
+        self._outstanding = np.zeros(0, dtype=np.int64)
+        self._state = np.zeros(0, dtype=np.int8)
+        self._batches = np.zeros(0, dtype=np.int64)
+        self._exit_round = np.zeros(0, dtype=np.int64)
+        self._first_request = np.zeros(0, dtype=np.int64)
+        self._quota = np.zeros(0, dtype=np.int64)
+        self._gen_batches = 0
+        self._finalized = False
+        self.p_hat = np.ones(0)
+        self.weight = np.ones(0)
+        if spec.kind == "est":
+            if estimator is None:
+                raise ValueError("est needs a BetaBernoulliEstimator that persists across steps")
+            self.p_hat = estimator.p_hat(list(prompt_ids))
+            quota = allocate(self.p_hat, spec.n_avg * len(prompt_ids), spec.n_min, spec.n_max)
+            self.weight = residual_weights(self.p_hat, spec.w_max)
+        else:
+            quota = np.full(len(prompt_ids), spec.n)
+        self._append(prompt_ids, quota)
+
+    # ---- slots ---------------------------------------------------------------------------------
+    @property
+    def num_slots(self) -> int:
+        return len(self._ids)
+
+    @property
+    def prompt_ids(self) -> list[Hashable]:
+        return list(self._ids)
+
+    def _append(self, ids: Sequence[Hashable], quota: np.ndarray) -> np.ndarray:
+        k = len(ids)
+        start = len(self._ids)
+        self._ids.extend(ids)
+        self._rewards = np.concatenate([self._rewards, np.zeros((k, self.spec.pool_cap))])
+        zeros = np.zeros(k, dtype=np.int64)
+        self._count = np.concatenate([self._count, zeros])
+        self._npos = np.concatenate([self._npos, zeros])
+        self._outstanding = np.concatenate([self._outstanding, zeros])
+        self._state = np.concatenate([self._state, np.full(k, WAITING, dtype=np.int8)])
+        self._batches = np.concatenate([self._batches, zeros])
+        self._exit_round = np.concatenate([self._exit_round, zeros])
+        self._first_request = np.concatenate([self._first_request, zeros])
+        self._quota = np.concatenate([self._quota, np.asarray(quota, dtype=np.int64)])
+        if self.spec.kind != "est":
+            self.weight = np.ones(len(self._ids))
+        self._gen_start = start
+        return np.arange(start, start + k)
+
+    def prompts_wanted(self) -> int:
+        """DAPO only: how many fresh prompts to draw now (a refill generation batch), else 0."""
+        if self.spec.kind != "dapo" or np.any(self._state != FINISHED):
+            return 0
+        if self._mixed().sum() >= self._target:
+            return 0
+        cap = self.spec.max_num_gen_batches
+        if cap > 0 and self._gen_batches >= cap:
+            if self.spec.on_cap == "error":
+                raise DapoCapExceeded(
+                    f"{self._gen_batches} generation batches gave {int(self._mixed().sum())} mixed groups "
+                    f"of the {self._target} needed (max_num_gen_batches={cap})"
+                )
+            return 0
+        return self.spec.gen_batch_size or self._target
+
+    def add_prompts(self, prompt_ids: Sequence[Hashable]) -> np.ndarray:
+        """Add a refill batch (DAPO); returns the new slots."""
+        if self.prompts_wanted() <= 0:
+            raise RuntimeError("no prompts are wanted now; call prompts_wanted() first")
+        return self._append(prompt_ids, np.full(len(prompt_ids), self.spec.n))
+
+    # ---- requests ------------------------------------------------------------------------------
+    def _need(self, slots: np.ndarray) -> np.ndarray:
+        spec = self.spec
+        first = self._batches[slots] == 0
+        if spec.kind == "seq":
+            open_ = (self._exit_round[slots] == 0) & (self._batches[slots] < spec.max_rounds)
+            return np.where(open_, spec.round_size, 0)
+        return np.where(first, self._quota[slots], 0)
+
+    def _issue(self, slots: np.ndarray) -> np.ndarray:
+        need = self._need(slots)
+        self._outstanding[slots] = need
+        self._state[slots] = OUTSTANDING
+        first = self._batches[slots] == 0
+        self._first_request[slots[first]] = need[first]
+        return need
+
+    def plan(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every prompt ready for its next batch: (slots, responses to generate for each)."""
+        slots = np.flatnonzero(self._state == WAITING)
+        return slots, self._issue(slots)
+
+    def request(self, slot: int) -> int:
+        """Streaming: the next batch size for one prompt if it is ready, else 0."""
+        if self._state[slot] != WAITING:
+            return 0
+        return int(self._issue(np.array([slot]))[0])
+
+    # ---- observations --------------------------------------------------------------------------
+    def observe(self, slot: int, rewards: Sequence[float] | np.ndarray) -> None:
+        """Scores of some (or all) of a prompt's outstanding responses, in arrival order."""
+        rewards = np.atleast_1d(np.asarray(rewards, dtype=float))
+        k = rewards.size
+        if k > self._outstanding[slot]:
+            raise ValueError(f"slot {slot}: {k} rewards for {self._outstanding[slot]} outstanding responses")
+        c = self._count[slot]
+        self._rewards[slot, c : c + k] = rewards
+        self._npos[slot] += int((rewards > self.spec.positive_threshold).sum())
+        self._count[slot] = c + k
+        self._outstanding[slot] -= k
+        if self._outstanding[slot] == 0:
+            self._complete(np.array([slot]))
+
+    def observe_many(self, slots: np.ndarray, rewards: np.ndarray) -> None:
+        """Vectorised: complete the outstanding batch of each slot; row i holds slot i's rewards."""
+        slots = np.asarray(slots, dtype=np.int64)
+        rewards = np.asarray(rewards, dtype=float)
+        need = self._outstanding[slots]
+        if slots.size == 0:
+            return
+        if rewards.ndim != 2 or rewards.shape[0] != slots.size or rewards.shape[1] < need.max():
+            raise ValueError("rewards must be [len(slots), >= outstanding] for a batch completion")
+        cols = np.arange(rewards.shape[1])
+        fill = cols[None, :] < need[:, None]
+        rows = np.broadcast_to(slots[:, None], fill.shape)[fill]
+        where = (self._count[slots][:, None] + cols[None, :])[fill]
+        values = rewards[fill]
+        self._rewards[rows, where] = values
+        self._npos[slots] += ((rewards > self.spec.positive_threshold) & fill).sum(axis=1)
+        self._count[slots] += need
+        self._outstanding[slots] = 0
+        self._complete(slots)
+
+    def _complete(self, slots: np.ndarray) -> None:
+        self._batches[slots] += 1
+        if self.spec.kind == "seq":
+            met = exit_met(self.spec, self._npos[slots], self._count[slots]) & (self._exit_round[slots] == 0)
+            self._exit_round[slots[met]] = self._batches[slots[met]]
+        need = self._need(slots)
+        self._state[slots] = np.where(need > 0, WAITING, FINISHED)
+        if self.spec.kind == "dapo" and np.all(self._state[self._gen_start :] == FINISHED):
+            self._gen_batches += 1
+
+    def done(self) -> bool:
+        return bool(np.all(self._state == FINISHED)) and self.prompts_wanted() == 0
+
+    # ---- the update ----------------------------------------------------------------------------
+    def _mixed(self) -> np.ndarray:
+        """Groups whose rewards are not all equal (DAPO's criterion: std > 0)."""
+        valid = np.arange(self.spec.pool_cap)[None, :] < self._count[:, None]
+        hi = np.where(valid, self._rewards, -np.inf).max(axis=1, initial=-np.inf)
+        lo = np.where(valid, self._rewards, np.inf).min(axis=1, initial=np.inf)
+        return (self._count > 1) & (hi > lo)
+
+    def finalize(self) -> StepResult:
+        """Select update groups, compute baselines/advantages/metrics; Est's estimator learns here."""
+        if self._finalized:
+            raise RuntimeError("finalize() was already called for this step")
+        if not self.done():
+            raise RuntimeError("the step is not done: some prompts still need responses")
+        self._finalized = True
+        spec = self.spec
+        slots_n = self.num_slots
+        valid = np.arange(spec.pool_cap)[None, :] < self._count[:, None]
+        positive = valid & (self._rewards > spec.positive_threshold)
+        included = np.ones(slots_n, dtype=bool)
+        if spec.kind == "seq":
+            kept = select_group(positive, valid, spec.n, spec.downsample, self._rng)
+            if spec.unresolved == "drop":
+                included &= self._exit_round > 0
+        elif spec.kind == "dapo":
+            mixed = self._mixed()
+            included = mixed & (np.cumsum(mixed) <= self._target)
+            kept = valid
+        else:
+            kept = valid
+        kept = kept & included[:, None]
+        slot, index = np.nonzero(kept)
+        reward = self._rewards[slot, index]
+        _, pool_mean, pool_std = group_stats(np.nonzero(valid)[0], self._rewards[valid], slots_n)
+        if spec.kind in ("uniform", "dapo"):
+            advantage = grpo_advantage(slot, reward, slots_n, spec.norm_adv_by_std, spec.epsilon)
+        else:
+            advantage = global_baseline_advantage(
+                reward, pool_mean[slot], pool_std[slot] if spec.global_std_norm else None, spec.epsilon
+            )
+            if spec.kind == "est":
+                advantage = advantage * self.weight[slot]
+        result = StepResult(
+            spec=spec,
+            prompt_ids=list(self._ids),
+            pool_size=self._count.copy(),
+            pool_positives=self._npos.copy(),
+            pool_mean=pool_mean,
+            weight=self.weight.copy(),
+            included=included,
+            rounds=self._batches.copy(),
+            exit_round=self._exit_round.copy(),
+            slot=slot,
+            index=index,
+            reward=reward,
+            advantage=advantage,
+        )
+        result.metrics = step_metrics(
+            result,
+            first_request=self._first_request,
+            initial_prompts=self._target,
+            gen_batches=self._gen_batches,
+            p_hat=self.p_hat if spec.kind == "est" else None,
+        )
+        if spec.kind == "est" and self._estimator is not None:
+            self._estimator.update(self._ids, self._npos, self._count)
+        return result

@@ -1,0 +1,1 @@
+"""Sampling statistics at paper scale with no model: every method through the same core."""

@@ -1,0 +1,235 @@
+"""`repro simulate ...`: sampling statistics at paper scale with no model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from repro import catalog
+from repro.console import stderr_console, stdout_console
+from repro.errors import ReproError
+from repro.simulate import pass_rates as pr
+from repro.simulate.sampling import simulate_method
+from repro.simulate.signal_loss import signal_loss
+
+app = typer.Typer(
+    help="Sampling statistics at paper scale, with Bernoulli rewards instead of a model.",
+    no_args_is_help=True,
+)
+
+# The paper's Figure 2 statistics for Qwen2.5-Math-1.5B on an OpenR1 subset (paper/signal_loss.csv).
+PAPER_PASS_AT_1, PAPER_PASS_AT_K, PAPER_K = 0.265, 0.813, 256
+
+PassAt1 = Annotated[float, typer.Option("--pass-at-1", help="Mean pass rate of the prompts (fits a Beta).")]
+PassAtK = Annotated[float, typer.Option("--pass-at-k", help="pass@k of the prompts (fits a Beta with pass@1).")]
+KOpt = Annotated[int, typer.Option("--k", help="The k of --pass-at-k.")]
+AlphaOpt = Annotated[float | None, typer.Option("--alpha", help="Beta(alpha, beta) pass rates, given directly.")]
+BetaOpt = Annotated[float | None, typer.Option("--beta", help="See --alpha.")]
+FileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--pass-rates",
+        help="Per-prompt pass rates: .txt/.csv (one per line or a pass_rate column), .json or .parquet.",
+    ),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for prompts, rewards and every sampler decision.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+
+
+def _rates(
+    pass_at_1: float, pass_at_k: float, k: int, alpha: float | None, beta: float | None, path: Path | None
+) -> pr.PassRates:
+    if path is not None:
+        if alpha is not None or beta is not None:
+            raise ReproError("give either --pass-rates or --alpha/--beta, not both")
+        return pr.from_file(path)
+    if (alpha is None) != (beta is None):
+        raise ReproError("--alpha and --beta go together; give both")
+    if alpha is not None:
+        return pr.from_beta(alpha, beta)
+    return pr.from_pass_at_k(pass_at_1, pass_at_k, k)
+
+
+def _progress(console: Console, enabled: bool) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not enabled,
+    )
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _pair(mc: float | None, exact: float | None, digits: int = 3) -> str:
+    if mc is None:
+        return "—"
+    return f"{_fmt(mc, digits)} ({_fmt(exact, digits)})"
+
+
+@app.command("sampling")
+def sampling(
+    methods: Annotated[str, typer.Option("--methods", help="Comma-separated method keys, or 'all'.")] = "all",
+    pass_at_1: PassAt1 = PAPER_PASS_AT_1,
+    pass_at_k: PassAtK = PAPER_PASS_AT_K,
+    k: KOpt = PAPER_K,
+    alpha: AlphaOpt = None,
+    beta: BetaOpt = None,
+    pass_rates: FileOpt = None,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Training steps to simulate.")] = 600,
+    batch: Annotated[int, typer.Option("--batch", min=1, help="Prompts per step.")] = 512,
+    dataset_size: Annotated[
+        int,
+        typer.Option("--dataset-size", min=1, help="Prompts in the simulated training set (Beta sources)."),
+    ] = 16384,
+    seed: SeedOpt = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run every method through the sampling core against Bernoulli rewards; MC beside exact values.
+
+    Columns: responses drawn per prompt (mean, p95; DAPO: per update prompt, p95 over steps), the share of
+    update groups with signal (both correct and wrong responses), the share of drawn prompts with zero
+    gradient (all rewards equal), and Seq's unresolved share. "exact" columns are closed forms evaluated
+    on the same prompts (Est's conditional on its allocations).
+
+    Examples:
+
+      repro simulate sampling
+
+      repro simulate sampling --methods grpo-n4,seq-balance --steps 100 --json
+
+      repro simulate sampling --alpha 0.5 --beta 1.5
+    """
+    import numpy as np
+
+    rates = _rates(pass_at_1, pass_at_k, k, alpha, beta, pass_rates)
+    known = catalog.methods()
+    names = list(known) if methods.strip() == "all" else [m.strip() for m in methods.split(",") if m.strip()]
+    specs = {name: catalog.get_method(name).sampler_spec(seed=seed) for name in names}
+    dataset = rates.dataset(dataset_size, np.random.default_rng(seed))
+    console = stderr_console()
+    results = []
+    with _progress(console, enabled=True) as progress:
+        task = progress.add_task("simulating", total=steps * len(specs))
+        for name, spec in specs.items():
+            progress.update(task, description=f"simulating {name}")
+            results.append(
+                simulate_method(
+                    name,
+                    spec,
+                    dataset,
+                    steps=steps,
+                    batch=batch,
+                    seed=seed,
+                    on_step=lambda: progress.advance(task),
+                )
+            )
+    settings = {"steps": steps, "batch": batch, "dataset_size": int(dataset.size), "seed": seed}
+    if as_json:
+        doc = {"pass_rates": rates.to_dict(), "settings": settings, "methods": [r.to_dict() for r in results]}
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    table = Table(
+        title=f"Sampling at paper scale: {rates.description}; {steps} steps x {batch} prompts",
+        caption="each cell: Monte Carlo (exact); exact values are closed forms on the same prompts",
+    )
+    for col in (
+        "method",
+        "draws/prompt mean",
+        "draws p95",
+        "signal share",
+        "zero-grad share",
+        "unresolved",
+        "s",
+    ):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for r in results:
+        e = r.exact
+        table.add_row(
+            r.method,
+            _pair(r.draws_mean, e.get("draws_mean"), 2),
+            _pair(r.draws_p95, e.get("draws_p95"), 0),
+            _pair(r.signal_share, e.get("signal_share")),
+            _pair(r.zero_grad_share, e.get("zero_grad_share")),
+            _pair(r.unresolved_share, e.get("unresolved_share")),
+            f"{r.seconds:.1f}",
+        )
+    stdout_console().print(table)
+
+
+@app.command("signal-loss")
+def signal_loss_cmd(
+    pass_at_1: PassAt1 = PAPER_PASS_AT_1,
+    pass_at_k: PassAtK = PAPER_PASS_AT_K,
+    k: KOpt = PAPER_K,
+    alpha: AlphaOpt = None,
+    beta: BetaOpt = None,
+    pass_rates: FileOpt = None,
+    max_n: Annotated[int | None, typer.Option("--max-n", min=1, help="Largest group size (default: --k).")] = None,
+    show: Annotated[
+        str | None,
+        typer.Option("--show", help="Comma-separated n to print (default: every n from 1 to max-n)."),
+    ] = None,
+    mc_prompts: Annotated[int, typer.Option("--mc-prompts", min=1, help="Prompts in the Monte-Carlo check.")] = 20000,
+    seed: SeedOpt = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """All-correct and all-wrong group shares against group size n (the paper's Figure 2 logic).
+
+    Fits a Beta to pass@1 and pass@k (default: the paper's Qwen2.5-Math-1.5B figures, 26.5% and 81.3% at
+    k=256), then prints E[p^n] and E[(1-p)^n] exactly and by Monte Carlo for n = 1..k.
+
+    Examples:
+
+      repro simulate signal-loss --pass-at-1 0.265 --pass-at-k 0.813 --k 256
+
+      repro simulate signal-loss --alpha 0.3 --beta 0.8 --max-n 64 --show 1,4,16,64
+
+      repro simulate signal-loss --json
+    """
+    rates = _rates(pass_at_1, pass_at_k, k, alpha, beta, pass_rates)
+    top = max_n or k
+    result = signal_loss(rates, top, mc_prompts, seed)
+    rows = result.rows()
+    if show:
+        try:
+            wanted = {int(x) for x in show.split(",") if x.strip()}
+        except ValueError as exc:
+            raise ReproError(f"--show takes comma-separated integers, got {show!r}") from exc
+        bad = sorted(n for n in wanted if not 1 <= n <= top)
+        if bad:
+            raise ReproError(f"--show values {bad} are outside 1..{top}; raise --max-n or drop them")
+        rows = [r for r in rows if r["n"] in wanted]
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {"pass_rates": rates.to_dict(), "mc_prompts": mc_prompts, "seed": seed, "rows": rows},
+                indent=2,
+            )
+        )
+        return
+    table = Table(title=f"Signal loss under {rates.description}")
+    for col in ("n", "all-correct", "MC", "all-wrong", "MC", "signal (mixed)", "pass@n"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            str(r["n"]),
+            f"{r['all_correct']:.4f}",
+            f"{r['mc_all_correct']:.4f}",
+            f"{r['all_wrong']:.4f}",
+            f"{r['mc_all_wrong']:.4f}",
+            f"{r['signal']:.4f}",
+            f"{r['pass_at_n']:.4f}",
+        )
+    stdout_console().print(table)
