@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from repro import catalog
+from repro.atomic import write_text
 from repro.console import stderr_console, stdout_console
 from repro.errors import ReproError
 from repro.simulate import pass_rates as pr
@@ -40,6 +41,7 @@ FileOpt = Annotated[
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for prompts, rewards and every sampler decision.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Also write the JSON document to this file (atomically).")]
 
 
 def _rates(
@@ -72,6 +74,17 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+def _emit(doc: dict, as_json: bool, out: Path | None) -> bool:
+    """Write/print the JSON document; True when that is all the caller should print."""
+    text = json.dumps(doc, indent=2)
+    if out is not None:
+        write_text(out, text + "\n")
+        stderr_console().print(f"wrote {out}")
+    if as_json:
+        typer.echo(text)
+    return as_json
+
+
 def _pair(mc: float | None, exact: float | None, digits: int = 3) -> str:
     if mc is None:
         return "—"
@@ -95,6 +108,7 @@ def sampling(
     ] = 16384,
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Run every method through the sampling core against Bernoulli rewards; MC beside exact values.
 
@@ -136,9 +150,8 @@ def sampling(
                 )
             )
     settings = {"steps": steps, "batch": batch, "dataset_size": int(dataset.size), "seed": seed}
-    if as_json:
-        doc = {"pass_rates": rates.to_dict(), "settings": settings, "methods": [r.to_dict() for r in results]}
-        typer.echo(json.dumps(doc, indent=2))
+    doc = {"pass_rates": rates.to_dict(), "settings": settings, "methods": [r.to_dict() for r in results]}
+    if _emit(doc, as_json, out):
         return
     table = Table(
         title=f"Sampling at paper scale: {rates.description}; {steps} steps x {batch} prompts",
@@ -179,11 +192,12 @@ def signal_loss_cmd(
     max_n: Annotated[int | None, typer.Option("--max-n", min=1, help="Largest group size (default: --k).")] = None,
     show: Annotated[
         str | None,
-        typer.Option("--show", help="Comma-separated n to print (default: every n from 1 to max-n)."),
+        typer.Option("--show", help="Comma-separated n to print in the table (default: every n; JSON has all)."),
     ] = None,
     mc_prompts: Annotated[int, typer.Option("--mc-prompts", min=1, help="Prompts in the Monte-Carlo check.")] = 20000,
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """All-correct and all-wrong group shares against group size n (the paper's Figure 2 logic).
 
@@ -201,7 +215,7 @@ def signal_loss_cmd(
     rates = _rates(pass_at_1, pass_at_k, k, alpha, beta, pass_rates)
     top = max_n or k
     result = signal_loss(rates, top, mc_prompts, seed)
-    rows = result.rows()
+    all_rows = rows = result.rows()
     if show:
         try:
             wanted = {int(x) for x in show.split(",") if x.strip()}
@@ -211,13 +225,8 @@ def signal_loss_cmd(
         if bad:
             raise ReproError(f"--show values {bad} are outside 1..{top}; raise --max-n or drop them")
         rows = [r for r in rows if r["n"] in wanted]
-    if as_json:
-        typer.echo(
-            json.dumps(
-                {"pass_rates": rates.to_dict(), "mc_prompts": mc_prompts, "seed": seed, "rows": rows},
-                indent=2,
-            )
-        )
+    doc = {"pass_rates": rates.to_dict(), "mc_prompts": mc_prompts, "seed": seed, "rows": all_rows}
+    if _emit(doc, as_json, out):
         return
     table = Table(title=f"Signal loss under {rates.description}")
     for col in ("n", "all-correct", "MC", "all-wrong", "MC", "signal (mixed)", "pass@n"):

@@ -7,6 +7,8 @@ from math import comb
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from repro.sampling import SamplerSpec, StepSampler, run_step_sync
 from repro.simulate.exact import seq_exact
@@ -248,3 +250,44 @@ def test_observe_rejects_more_rewards_than_outstanding() -> None:
         sampler.observe(0, np.zeros(counts[0] + 1))
     with pytest.raises(RuntimeError, match="not done"):
         sampler.finalize()
+
+
+@given(
+    st.lists(st.lists(st.sampled_from([0.0, 1.0]), min_size=32, max_size=32), min_size=1, max_size=12),
+    st.sampled_from(["pos", "balance"]),
+    st.integers(1, 3),
+    st.sampled_from([4, 8]),
+    st.integers(1, 4),
+    st.sampled_from(["random", "first"]),
+    st.integers(0, 1000),
+)
+@settings(max_examples=150, deadline=None)
+def test_step_invariants_for_any_reward_streams(streams, rule, k_pos, m, rounds, downsample, seed) -> None:
+    spec = SamplerSpec(
+        kind="seq", exit_rule=rule, k_pos=k_pos, round_size=m, max_rounds=rounds, downsample=downsample, seed=seed
+    )
+    take = scripted(dict(enumerate(streams)))
+    sampler = StepSampler(spec, list(range(len(streams))))
+    while (plan := sampler.plan())[0].size:
+        for s, c in zip(*plan, strict=True):
+            sampler.observe(int(s), take(int(s), int(c)))
+    result = sampler.finalize()
+    assert result.pool_size.max() <= m * rounds
+    for slot, stream in enumerate(streams):
+        pool = np.asarray(stream[: result.pool_size[slot]])
+        assert result.pool_mean[slot] == pytest.approx(pool.mean())
+        idx, adv = result.group(slot)
+        assert idx.size == 4 and len(set(idx.tolist())) == 4
+        np.testing.assert_allclose(adv, pool[idx] - pool.mean())
+        if 0 < pool.sum() < pool.size:
+            assert 0 < pool[idx].sum() < 4
+        # the pool stopped exactly when the rule was first met, or at the cap
+        need_pos = k_pos if rule == "pos" else 2
+        need_neg = 0 if rule == "pos" else 2
+        for t in range(1, rounds + 1):
+            head = np.asarray(stream[: m * t])
+            if head.sum() >= need_pos and (head.size - head.sum()) >= need_neg:
+                assert result.pool_size[slot] == m * t and result.exit_round[slot] == t
+                break
+        else:
+            assert result.pool_size[slot] == m * rounds and result.exit_round[slot] == 0

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Hashable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from repro.atomic import write_text
 
 STATE_VERSION = 1
 
@@ -112,18 +112,7 @@ class BetaBernoulliEstimator:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Atomic JSON write: a crash mid-save leaves the previous state, never half a file."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(self.state_dict(), handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_text(path, json.dumps(self.state_dict()))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> BetaBernoulliEstimator:

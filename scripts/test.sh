@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The whole test suite, from scratch if need be: sets up ./.venv with the dev extra, lints, runs pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup-venv.sh dev
+.venv/bin/ruff check repro tests benchmarks cli.py
+.venv/bin/python -m pytest "$@"
