@@ -12,6 +12,9 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; the final file gets ordinary permissions
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
             handle.flush()

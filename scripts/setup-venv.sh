@@ -19,14 +19,23 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 start=$(date +%s)
-.venv/bin/python -m pip install --quiet --upgrade pip
+log=".venv/install.log"
+: > "$log"
+pipi() {  # pip's and setuptools' chatter goes to the log; it is shown only when an install fails
+  if ! .venv/bin/python -m pip install --quiet "$@" >> "$log" 2>&1; then
+    cat "$log" >&2
+    echo "error: pip install $* failed; the full log is in $log" >&2
+    exit 1
+  fi
+}
+pipi --upgrade pip
 # torch first and exactly: on a CPU machine this is the local CPU wheel; left to the resolver, a range
 # would pull a multi-GB CUDA build. GPU machines get the CUDA build of the same version from PyPI.
 if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
-  .venv/bin/python -m pip install --quiet "torch==2.13.0"
+  pipi "torch==2.13.0"
 fi
 spec="."
 [ -n "$extras" ] && spec=".[${extras}]"
-.venv/bin/python -m pip install --quiet -e "$spec"
+pipi -e "$spec"
 echo "$want" > "$stamp"
 echo "repro: environment ready in $(( $(date +%s) - start ))s (.venv, extras: ${extras:-none})" >&2

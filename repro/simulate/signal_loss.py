@@ -29,7 +29,7 @@ class SignalLossTable:
                 "n": int(n),
                 "all_correct": float(ac),
                 "all_wrong": float(aw),
-                "signal": float(1.0 - ac - aw),
+                "signal": max(0.0, float(1.0 - ac - aw)),
                 "pass_at_n": float(pn),
                 "mc_all_correct": float(mac),
                 "mc_all_wrong": float(maw),
