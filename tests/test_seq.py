@@ -291,3 +291,15 @@ def test_step_invariants_for_any_reward_streams(streams, rule, k_pos, m, rounds,
                 break
         else:
             assert result.pool_size[slot] == m * rounds and result.exit_round[slot] == 0
+
+
+def test_step_index_changes_choices_reproducibly() -> None:
+    spec = SamplerSpec(kind="seq", exit_rule="pos", seed=4)
+    rewards = (np.random.default_rng(0).random((300, 32)) < 0.5).astype(float)
+
+    def kept(step: int) -> np.ndarray:
+        result = run_step_sync(StepSampler(spec, list(range(300)), step=step), lambda s, c: rewards[s])
+        return result.index
+
+    np.testing.assert_array_equal(kept(3), kept(3))
+    assert not np.array_equal(kept(3), kept(4))

@@ -66,15 +66,19 @@ class StepSampler:
         spec: SamplerSpec,
         prompt_ids: Sequence[Hashable],
         *,
+        step: int = 0,
         rng: np.random.Generator | int | None = None,
         estimator: BetaBernoulliEstimator | None = None,
     ) -> None:
+        """`rng` overrides the default stream, which is derived from (spec.seed, step) so that every step of
+        a run makes different but reproducible choices, and a resumed run repeats them exactly."""
         if len(prompt_ids) == 0:
             raise ValueError("a step needs at least one prompt")
         self.spec = spec
-        self._rng = (
-            rng if isinstance(rng, np.random.Generator) else np.random.default_rng(spec.seed if rng is None else rng)
-        )
+        if isinstance(rng, np.random.Generator):
+            self._rng = rng
+        else:
+            self._rng = np.random.default_rng([spec.seed, step] if rng is None else rng)
         self._estimator = estimator
         self._target = len(prompt_ids)
         cap = spec.pool_cap

@@ -82,7 +82,7 @@ def simulate_method(
     extra: dict[str, list[float]] = {}
 
     for step in range(steps):
-        sampler = StepSampler(spec, prompts.draw(batch), rng=seed * 1_000_003 + step, estimator=estimator)
+        sampler = StepSampler(spec, prompts.draw(batch), step=step, estimator=estimator)
 
         def sample(slots: np.ndarray, counts: np.ndarray, _s: StepSampler = sampler) -> np.ndarray:
             p = pass_rates[np.asarray(_s.prompt_ids)[slots]]
