@@ -7,7 +7,7 @@ import sys
 import typer
 from typer._click import exceptions as click_exc  # typer 0.29 raises its own copy of click's errors
 
-from repro import catalog_commands, simulate_commands
+from repro import catalog_commands, run_commands, simulate_commands
 from repro.errors import ReproError
 
 app = typer.Typer(
@@ -16,6 +16,7 @@ app = typer.Typer(
         "Reproduce Reinforce-Ada (arXiv 2510.04996): the paper's grid on GPUs, "
         "a miniature of it on a CPU.\n\n"
         "Examples:\n\n"
+        "  repro run --model tiny-arith --method seq-balance   # train on this CPU in minutes\n\n"
         "  repro models                      # the backbones\n\n"
         "  repro methods seq-balance         # one method, every setting with its source\n\n"
         "  repro simulate sampling           # all methods against Bernoulli rewards at paper scale\n\n"
@@ -25,6 +26,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command("run")(run_commands.run)
 app.command("models")(catalog_commands.models)
 app.command("methods")(catalog_commands.methods)
 app.add_typer(simulate_commands.app, name="simulate")

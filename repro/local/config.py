@@ -1,0 +1,98 @@
+"""The resolved configuration of a CPU run: the paper's settings from the catalog, scaled for a CPU.
+
+Every value that differs from the paper is listed under `scaled` with the paper's value and the reason,
+so a reader of config.yaml can tell the miniature from the real thing at a glance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any
+
+from repro import catalog
+from repro.errors import ReproError
+
+# name -> (CPU value, why); the paper's value is read from the catalog when one exists
+CPU_SCALING: dict[str, tuple[Any, str]] = {
+    "train_prompt_batch_size": (32, "512 prompts per step is GPU-scale; 32 keeps a step to about a second"),
+    "ppo_mini_batch_size": (8, "keeps the paper's 4 PPO updates per step (512/128 = 32/8)"),
+    "total_training_steps": (60, "minutes on 2 cores instead of days on 8 GPUs"),
+    "lr": (2e-4, "a 0.1M-parameter model trained from scratch needs a far larger step than a 1.5B LLM"),
+    "lr_warmup_steps": (3, "the paper's 10 of 600 steps, scaled to the shorter run"),
+    "max_prompt_length": (48, "tiny-arith prompts are under 30 characters"),
+    "max_response_length": (16, "a tiny-arith answer is \\boxed{N} and an end token"),
+}
+
+
+@dataclass(frozen=True)
+class CpuTrainConfig:
+    train_prompt_batch_size: int
+    ppo_mini_batch_size: int
+    total_training_steps: int
+    lr: float
+    lr_warmup_steps: int
+    weight_decay: float
+    grad_clip: float
+    clip_ratio_low: float
+    clip_ratio_high: float
+    entropy_coeff: float
+    loss_agg_mode: str
+    temperature: float
+    top_p: float
+    max_prompt_length: int
+    max_response_length: int
+    save_freq: int = 10
+    threads: int = 2
+
+    @classmethod
+    def from_catalog(cls, overrides: dict[str, Any]) -> CpuTrainConfig:
+        shared = catalog.hyperparameters()
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name in CPU_SCALING:
+                values[f.name] = CPU_SCALING[f.name][0]
+            elif f.name in shared:
+                values[f.name] = shared[f.name].value
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        missing = [f.name for f in fields(cls) if f.name not in values and f.default is MISSING]
+        if missing:
+            raise ReproError(f"settings {missing} have no value in the catalog; report this as a bug")
+        cfg = cls(**values)
+        if cfg.train_prompt_batch_size % cfg.ppo_mini_batch_size:
+            raise ReproError(
+                f"--batch {cfg.train_prompt_batch_size} must be a multiple of the PPO mini-batch "
+                f"{cfg.ppo_mini_batch_size}; pick e.g. --batch {cfg.ppo_mini_batch_size * 4}"
+            )
+        if cfg.temperature != 1.0 or cfg.top_p != 1.0:
+            raise ReproError("the CPU sampler implements temperature 1.0 / top-p 1.0 only (the paper's setting)")
+        return cfg
+
+
+@dataclass
+class RunConfig:
+    """Everything that defines a run; written to config.yaml and compared on resume."""
+
+    backbone: str
+    method: str
+    prompt_set: str
+    seed: int
+    train: CpuTrainConfig
+    sampler: dict[str, Any]
+    model: dict[str, Any]
+    data: dict[str, Any]
+    path: str = "cpu"
+    scaled: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["train"] = asdict(self.train)
+        return out
+
+
+def scaled_record(train: CpuTrainConfig) -> dict[str, dict[str, Any]]:
+    shared = catalog.hyperparameters()
+    out = {}
+    for name, (_, why) in CPU_SCALING.items():
+        paper = shared[name].value if name in shared else None
+        out[name] = {"paper": paper, "cpu": getattr(train, name), "why": why}
+    return out

@@ -1,0 +1,179 @@
+"""The tiny-arith backbone: a small Qwen2-style decoder, warm-started by supervised training.
+
+A model trained from scratch to certainty would give RL nothing to do, and one left random would never
+find a reward. The warm start stops early, on purpose, so that sampled at temperature 1 the model solves
+easy problems most of the time, mid ones sometimes and hard ones rarely: pass rates spread across (0, 1)
+like a real base model's on filtered OpenR1 prompts. The folder it writes is an ordinary Hugging Face
+model directory (config, safetensors, tokenizer, chat template), so vLLM or verl could load it too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from repro.local.generate import make_batch, response_logprobs, sample
+from repro.local.tokenizer import build_tokenizer
+from repro.paths import repro_home
+from repro.reward import compute_score
+from repro.tasks.tiny_arith import LEVELS, Problem, build, make_problem
+
+MODEL_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    seed: int = 0
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    max_position_embeddings: int = 64
+    sft_steps: int = 1500
+    sft_batch: int = 128
+    sft_lr: float = 1e-2
+    max_new_tokens: int = 12
+
+    def key(self) -> str:
+        return f"tiny-arith-v{MODEL_VERSION}-s{self.seed}"
+
+
+def prompt_ids(tokenizer, question: str) -> list[int]:
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True
+    )["input_ids"]
+
+
+def target_ids(tokenizer, answer: str) -> list[int]:
+    return tokenizer(f"\\boxed{{{answer}}}", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+
+
+def new_model(spec: TinyModelSpec, tokenizer):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(spec.seed)
+    return Qwen2ForCausalLM(config)
+
+
+def warm_start(model, tokenizer, spec: TinyModelSpec, on_step: Callable[[int, float], None] | None = None) -> None:
+    """Supervised steps on freshly generated solved examples, every level equally often (loss on the answer
+    tokens only), deterministic from the seed. Stopping after `sft_steps` is what leaves hard levels unsolved."""
+    rng = np.random.default_rng([spec.seed, 1])
+    levels = list(LEVELS)
+    optim = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: min(1.0, (s + 1) / 50))
+    model.train()
+    for step in range(spec.sft_steps):
+        problems = [make_problem(rng, levels[int(i)]) for i in rng.integers(0, len(levels), size=spec.sft_batch)]
+        batch = make_batch(
+            [prompt_ids(tokenizer, p.question) for p in problems],
+            [target_ids(tokenizer, p.answer) for p in problems],
+            tokenizer.pad_token_id,
+        )
+        logp, _ = response_logprobs(model, batch, with_entropy=False)
+        loss = -(logp * batch.response_mask).sum() / batch.response_mask.sum()
+        optim.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optim.step()
+        sched.step()
+        if on_step:
+            on_step(step, float(loss.detach()))
+    model.eval()
+
+
+def pass_rates(
+    model, tokenizer, problems: list[Problem], samples: int, seed: int, max_new_tokens: int = 12
+) -> np.ndarray:
+    """Per problem, the share of `samples` temperature-1 responses the reward function accepts."""
+    gen = torch.Generator().manual_seed(seed)
+    prompts = [prompt_ids(tokenizer, p.question) for p in problems for _ in range(samples)]
+    responses = sample(
+        model,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id,
+        generator=gen,
+    )
+    texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
+    scores = [
+        compute_score("tiny-arith", t, p.answer)
+        for t, p in zip(texts, (p for p in problems for _ in range(samples)), strict=True)
+    ]
+    return np.asarray(scores).reshape(len(problems), samples).mean(axis=1)
+
+
+def spread_summary(rates: np.ndarray) -> dict[str, float]:
+    return {
+        "prompts": float(rates.size),
+        "mean": float(rates.mean()),
+        "zero": float(np.mean(rates == 0)),
+        "one": float(np.mean(rates == 1)),
+        "strictly_between": float(np.mean((rates > 0) & (rates < 1))),
+        "near_zero(<=0.125)": float(np.mean(rates <= 0.125)),
+        "near_one(>=0.875)": float(np.mean(rates >= 0.875)),
+    }
+
+
+def ensure_tiny_model(
+    seed: int = 0,
+    home: Path | None = None,
+    spec: TinyModelSpec | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> Path:
+    """The cached model folder, built on first use (atomic: a killed build leaves no half model)."""
+    spec = spec or TinyModelSpec(seed=seed)
+    folder = (home or repro_home()) / "models" / spec.key()
+    if (folder / "COMPLETE").exists():
+        return folder
+    started = time.perf_counter()
+    tokenizer = build_tokenizer()
+    data = build(spec.seed)
+    model = new_model(spec, tokenizer)
+    warm_start(
+        model,
+        tokenizer,
+        spec,
+        on_step=(lambda s, _loss: progress("warm-start", s + 1, spec.sft_steps)) if progress else None,
+    )
+    probe = data.train[:200]
+    rates = pass_rates(model, tokenizer, probe, samples=16, seed=spec.seed, max_new_tokens=spec.max_new_tokens)
+    staging = folder.parent / f".{folder.name}.{os.getpid()}.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    report = {
+        "spec": asdict(spec),
+        "build_seconds": round(time.perf_counter() - started, 1),
+        "pass_rate_probe": {"problems": len(probe), "samples": 16, **spread_summary(rates)},
+        "histogram": np.histogram(rates, bins=np.linspace(0, 1, 9))[0].tolist(),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    (staging / "repro_build.json").write_text(json.dumps(report, indent=2))
+    (staging / "COMPLETE").write_text("ok\n")
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
+    return folder

@@ -1,0 +1,67 @@
+"""The project's one reward function: math-verify on the last \\boxed{...} (PROTOCOL.md "Verifier").
+
+Training on CPU, the verl reward hook (`custom_reward_function`) and evaluation all call `compute_score`,
+so a response is judged the same way everywhere. Failures to parse or verify score 0 and are counted,
+never raised: one odd response must not stop a run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import lru_cache
+
+STATS: Counter[str] = Counter()
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last \\boxed{...} with balanced braces, or None."""
+    start = text.rfind("\\boxed{")
+    while start != -1:
+        depth, i = 0, start + len("\\boxed")
+        for j in range(i, len(text)):
+            if text[j] == "{":
+                depth += 1
+            elif text[j] == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[i + 1 : j]
+        start = text.rfind("\\boxed{", 0, start)  # unbalanced: try an earlier one
+    return None
+
+
+@lru_cache(maxsize=4096)
+def _gold(ground_truth: str):
+    from math_verify import LatexExtractionConfig, parse
+
+    return parse(f"\\boxed{{{ground_truth}}}", extraction_config=[LatexExtractionConfig()])
+
+
+@lru_cache(maxsize=200_000)
+def _judge(prediction: str, ground_truth: str) -> tuple[float, str]:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    try:
+        gold = _gold(ground_truth)
+        pred = parse(f"\\boxed{{{prediction}}}", extraction_config=[ExprExtractionConfig(), LatexExtractionConfig()])
+        if not pred:
+            return 0.0, "parse_failed"
+        return (1.0, "correct") if verify(gold, pred) else (0.0, "wrong")
+    except TimeoutError:
+        return 0.0, "timeout"
+    except Exception:  # math-verify/sympy raise many types on odd input; the response simply scores 0
+        return 0.0, "error"
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None) -> float:
+    """verl's custom reward signature; 1.0 when the last boxed answer equals the reference, else 0.0.
+
+    Results are memoised on (boxed content, reference): verification is a pure function of the two, and
+    small models repeat answers constantly.
+    """
+    boxed = last_boxed(solution_str)
+    if boxed is None:
+        STATS["no_boxed"] += 1
+        return 0.0
+    score, outcome = _judge(boxed.strip(), str(ground_truth).strip())
+    STATS[outcome] += 1
+    return score

@@ -1,0 +1,181 @@
+"""`repro run`: one cell of the grid, from catalog to a finished run directory."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from repro import catalog
+from repro.console import stderr_console, stdout_console
+from repro.errors import ReproError
+from repro.rundir import RunDir, cell_name
+
+DEFAULT_RUNS_ROOT = Path("runs")
+
+
+class _Terminated(Exception):
+    """SIGTERM, turned into an exception so the attempt is recorded as interrupted."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
+
+
+def build_cpu_config(model: str, method: str, prompt_set: str, seed: int, steps: int | None, batch: int | None):
+    from repro.local.config import CpuTrainConfig, RunConfig, scaled_record
+    from repro.local.model import TinyModelSpec
+    from repro.tasks.tiny_arith import DATA_VERSION
+
+    method_entry = catalog.get_method(method)
+    train = CpuTrainConfig.from_catalog({"total_training_steps": steps, "train_prompt_batch_size": batch})
+    spec = method_entry.sampler_spec(seed=seed)
+    model_spec = TinyModelSpec()  # the model is built from seed 0 for every run: runs differ by RL seed only
+    return RunConfig(
+        backbone=model,
+        method=method,
+        prompt_set=prompt_set,
+        seed=seed,
+        train=train,
+        sampler=spec.to_dict(),
+        model={"key": model_spec.key(), "spec": {k: getattr(model_spec, k) for k in model_spec.__dataclass_fields__}},
+        data={
+            "task": "tiny-arith",
+            "version": DATA_VERSION,
+            "data_seed": 0,
+            "prompt_set": prompt_set,
+            "filtered": False,
+            "note": "the unfiltered training pool until `repro data filter` has run",
+        },
+        scaled=scaled_record(train),
+    )
+
+
+def run(
+    model: Annotated[str, typer.Option("--model", help="Backbone key (see `repro models`).")],
+    method: Annotated[str, typer.Option("--method", help="Method key (see `repro methods`).")],
+    prompt_set: Annotated[
+        str | None, typer.Option("--prompt-set", help="standard or hard (default: the backbone's).")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="RL seed: data order, sampling, sampler choices.")] = 0,
+    steps: Annotated[int | None, typer.Option("--steps", min=1, help="Training steps (default: catalog).")] = None,
+    batch: Annotated[int | None, typer.Option("--batch", min=1, help="Prompts per step (default: catalog).")] = None,
+    runs_root: Annotated[Path, typer.Option("--runs-root", help="Folder holding one folder per run.")] = (
+        DEFAULT_RUNS_ROOT
+    ),
+    run_dir: Annotated[
+        Path | None, typer.Option("--run-dir", help="Exact run folder (default: RUNS_ROOT/<cell name>).")
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Start a finished run again (the old folder is kept aside).")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved config and exit.")] = False,
+) -> None:
+    """Train one cell of the grid. tiny-arith trains on this CPU in minutes; an interrupted run resumes.
+
+    The run folder (runs/<model>__<method>__<prompt set>__s<seed>) holds config.yaml, command.json,
+    status.json, metrics/attempt-NNN.jsonl (verl's file-logger format) and checkpoints/. Running the same
+    command again resumes an interrupted run from its last checkpoint and refuses to redo a finished one.
+
+    Examples:
+
+      repro run --model tiny-arith --method seq-balance
+
+      repro run --model tiny-arith --method grpo-n4 --steps 20 --seed 1
+
+      repro run --model tiny-arith --method est --dry-run
+    """
+    backbone = catalog.get_backbone(model)
+    catalog.get_method(method)
+    prompt_set = prompt_set or backbone.prompt_set
+    catalog.get_prompt_set(prompt_set)
+    if backbone.device != "cpu":
+        raise ReproError(
+            f"{model} trains on GPUs through verl, which this version cannot launch yet; "
+            "on this machine use --model tiny-arith"
+        )
+    config = build_cpu_config(model, method, prompt_set, seed, steps, batch)
+    path = run_dir or runs_root / cell_name(model, method, prompt_set, seed)
+    if dry_run:
+        stdout_console().print(f"# run folder: {path}\n# command: repro {' '.join(sys.argv[1:])}")
+        typer.echo(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        return
+    _train(config, path, overwrite)
+
+
+def _train(config, path: Path, overwrite: bool) -> None:
+    from repro.local.model import ensure_tiny_model
+    from repro.local.trainer import CpuTrainer
+    from repro.tasks.tiny_arith import ensure_data
+
+    err = stderr_console()
+    files = ensure_data(config.data["data_seed"])
+    config.data["train_file"] = str(files["train"])
+    config.data["test_files"] = {k: str(v) for k, v in files.items() if k != "train"}
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("building the tiny-arith model (first use only)", total=None)
+        config.model["path"] = str(
+            ensure_tiny_model(progress=lambda _stage, done, total: progress.update(task, completed=done, total=total))
+        )
+    rundir = RunDir.prepare(path, config.to_dict(), ["repro", *sys.argv[1:]], overwrite=overwrite)
+    metrics_path = rundir.begin_attempt(launcher="local")
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    started = time.perf_counter()
+    rewards: list[float] = []
+    total = config.train.total_training_steps
+    try:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("reward {task.fields[reward]:.3f}  samples/step {task.fields[samples]:.0f}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=err,
+        ) as progress:
+            task = progress.add_task(path.name, total=total, reward=0.0, samples=0)
+
+            def on_step(step: int, metrics: dict) -> None:
+                rewards.append(metrics["sampler/pool_reward_mean"])
+                progress.update(
+                    task,
+                    completed=step,
+                    reward=metrics["sampler/pool_reward_mean"],
+                    samples=metrics["sampler/responses_total"],
+                )
+
+            trainer = CpuTrainer(config, rundir, on_step=on_step)
+            progress.update(
+                task, completed=trainer.rundir.latest_checkpoint()[0] if trainer.rundir.latest_checkpoint() else 0
+            )
+            last = trainer.fit(metrics_path)
+    except (KeyboardInterrupt, _Terminated):
+        rundir.end_attempt("interrupted", "stopped by a signal")
+        err.print(f"interrupted; run the same command again to resume from {path}")
+        raise typer.Exit(130) from None
+    except BaseException as exc:
+        rundir.end_attempt("failed", f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    rundir.end_attempt("finished")
+    seconds = time.perf_counter() - started
+    head = sum(rewards[:5]) / max(1, len(rewards[:5])) if rewards else float("nan")
+    tail = sum(rewards[-5:]) / max(1, len(rewards[-5:])) if rewards else float("nan")
+    stdout_console().print(
+        f"finished {path} at step {last} in {seconds:.0f}s; pool reward (mean of 5 steps) "
+        f"{head:.3f} at the start of this attempt -> {tail:.3f} at the end"
+    )

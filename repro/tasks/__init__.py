@@ -1,0 +1,1 @@
+"""Tasks the CPU path trains and evaluates on."""
