@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" (see `{exc.ctx.command_path} --help`)" if getattr(exc, "ctx", None) else ""
         print(f"error: {exc.format_message()}{hint}", file=sys.stderr)
         return exc.exit_code
-    except click_exc.Abort:
+    except typer.Abort:
         print("aborted", file=sys.stderr)
         return 130
     return result if isinstance(result, int) else 0

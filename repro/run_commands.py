@@ -28,13 +28,40 @@ def _on_sigterm(signum, frame):
     raise _Terminated()
 
 
-def build_cpu_config(model: str, method: str, prompt_set: str, seed: int, steps: int | None, batch: int | None):
+def parse_sets(items: list[str]) -> dict[str, object]:
+    """`--set key=value` pairs; values parsed as YAML scalars (1e-3, true, 8)."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ReproError(f"--set takes key=value, got {item!r} (e.g. --set lr=1e-3)")
+        value = yaml.safe_load(raw)
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        out[key.strip()] = value
+    return out
+
+
+def build_cpu_config(
+    model: str,
+    method: str,
+    prompt_set: str,
+    seed: int,
+    steps: int | None,
+    batch: int | None,
+    sets: dict[str, object] | None = None,
+):
     from repro.local.config import CpuTrainConfig, RunConfig, scaled_record
     from repro.local.model import TinyModelSpec
     from repro.tasks.tiny_arith import DATA_VERSION
 
     method_entry = catalog.get_method(method)
-    train = CpuTrainConfig.from_catalog({"total_training_steps": steps, "train_prompt_batch_size": batch})
+    train = CpuTrainConfig.from_catalog(
+        {**(sets or {}), "total_training_steps": steps, "train_prompt_batch_size": batch}
+    )
     spec = method_entry.sampler_spec(seed=seed)
     model_spec = TinyModelSpec()  # the model is built from seed 0 for every run: runs differ by RL seed only
     return RunConfig(
@@ -75,6 +102,10 @@ def run(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Start a finished run again (the old folder is kept aside).")
     ] = False,
+    sets: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a training setting, e.g. --set lr=1e-3 (repeatable; see --dry-run)."),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved config and exit.")] = False,
 ) -> None:
     """Train one cell of the grid. tiny-arith trains on this CPU in minutes; an interrupted run resumes.
@@ -100,7 +131,7 @@ def run(
             f"{model} trains on GPUs through verl, which this version cannot launch yet; "
             "on this machine use --model tiny-arith"
         )
-    config = build_cpu_config(model, method, prompt_set, seed, steps, batch)
+    config = build_cpu_config(model, method, prompt_set, seed, steps, batch, parse_sets(sets or []))
     path = run_dir or runs_root / cell_name(model, method, prompt_set, seed)
     if dry_run:
         stdout_console().print(f"# run folder: {path}\n# command: repro {' '.join(sys.argv[1:])}")

@@ -16,8 +16,8 @@ from repro.errors import ReproError
 CPU_SCALING: dict[str, tuple[Any, str]] = {
     "train_prompt_batch_size": (32, "512 prompts per step is GPU-scale; 32 keeps a step to about a second"),
     "ppo_mini_batch_size": (8, "keeps the paper's 4 PPO updates per step (512/128 = 32/8)"),
-    "total_training_steps": (60, "minutes on 2 cores instead of days on 8 GPUs"),
-    "lr": (2e-4, "a 0.1M-parameter model trained from scratch needs a far larger step than a 1.5B LLM"),
+    "total_training_steps": (100, "minutes on 2 cores instead of days on 8 GPUs"),
+    "lr": (3e-4, "an 80k-parameter model trained from scratch needs a far larger step than a 1.5B LLM"),
     "lr_warmup_steps": (3, "the paper's 10 of 600 steps, scaled to the shorter run"),
     "max_prompt_length": (48, "tiny-arith prompts are under 30 characters"),
     "max_response_length": (16, "a tiny-arith answer is \\boxed{N} and an end token"),
@@ -53,10 +53,23 @@ class CpuTrainConfig:
                 values[f.name] = CPU_SCALING[f.name][0]
             elif f.name in shared:
                 values[f.name] = shared[f.name].value
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ReproError(f"unknown training setting(s) {unknown}; valid: {', '.join(sorted(known))}")
         values.update({k: v for k, v in overrides.items() if v is not None})
         missing = [f.name for f in fields(cls) if f.name not in values and f.default is MISSING]
         if missing:
             raise ReproError(f"settings {missing} have no value in the catalog; report this as a bug")
+        for f in fields(cls):
+            if f.name not in values:
+                continue
+            expected = {"int": int, "float": float, "str": str}.get(str(f.type))
+            value = values.get(f.name)
+            if expected is float and isinstance(value, int) and not isinstance(value, bool):
+                values[f.name] = float(value)
+            elif expected and not isinstance(values.get(f.name), expected):
+                raise ReproError(f"training setting {f.name} must be {f.type}, got {value!r}")
         cfg = cls(**values)
         if cfg.train_prompt_batch_size % cfg.ppo_mini_batch_size:
             raise ReproError(

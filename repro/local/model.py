@@ -47,6 +47,14 @@ class TinyModelSpec:
         return f"tiny-arith-v{MODEL_VERSION}-s{self.seed}"
 
 
+def quiet_transformers() -> None:
+    """Our own progress bars are the ones users should see; silence transformers' per-file bars and notes."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+
+
 def prompt_ids(tokenizer, question: str) -> list[int]:
     return tokenizer.apply_chat_template(
         [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True
@@ -149,6 +157,7 @@ def ensure_tiny_model(
     folder = (home or repro_home()) / "models" / spec.key()
     if (folder / "COMPLETE").exists():
         return folder
+    quiet_transformers()
     started = time.perf_counter()
     tokenizer = build_tokenizer()
     data = build(spec.seed)

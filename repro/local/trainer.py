@@ -22,6 +22,7 @@ import torch
 
 from repro.local.config import RunConfig
 from repro.local.generate import make_batch, response_logprobs, sample
+from repro.local.model import quiet_transformers
 from repro.local.ppo import PPOSettings, actor_config, ppo_update, select
 from repro.reward import compute_score
 from repro.rundir import MetricsWriter, RunDir
@@ -93,6 +94,7 @@ class CpuTrainer:
     def __init__(self, config: RunConfig, rundir: RunDir, on_step: Callable[[int, dict], None] | None = None):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        quiet_transformers()
         self.config = config
         self.train = config.train
         self.rundir = rundir

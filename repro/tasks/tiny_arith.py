@@ -42,7 +42,11 @@ TIERS: dict[str, dict[str, object]] = {
     "tiny-olympiad": {"size": 135, "levels": (5, 6, 7, 8, 9), "mirrors": "olympiadbench"},
     "tiny-aime": {"size": 46, "levels": (7, 8, 9, 10), "mirrors": "aime_like"},
 }
-TRAIN_LEVEL_WEIGHTS = np.array([1, 1, 2, 2, 2, 3, 3, 3, 2, 1], dtype=float)
+# Training pool per level. Levels 1, 2 and 4 have only 100, 55 and 100 distinct problems, so the pool is
+# built per level rather than by weights (a weighted draw of distinct problems would run out of easy
+# ones early and leave the tail of the pool all hard). Mid levels dominate: that is where a warm-started
+# tiny model has pass rates strictly between 0 and 1, the prompts RL can learn from.
+TRAIN_LEVEL_COUNTS: dict[int, int] = {1: 60, 2: 30, 3: 800, 4: 60, 5: 800, 6: 500, 7: 500, 8: 800, 9: 200, 10: 200}
 
 
 @dataclass(frozen=True)
@@ -113,8 +117,10 @@ class TinyArithData:
     tiers: dict[str, list[Problem]]
 
 
-def build(seed: int = 0, train_size: int = 20000) -> TinyArithData:
-    """The whole task from one seed: test tiers first (held out), then a training pool disjoint from them."""
+def build(seed: int = 0, train_scale: float = 1.0) -> TinyArithData:
+    """The whole task from one seed: test tiers first (held out), then a training pool disjoint from them.
+
+    `train_scale` shrinks the pool (tests); the pool is shuffled so levels are interleaved."""
     rng = np.random.default_rng([seed, 2510_04996])
     tiers: dict[str, list[Problem]] = {}
     held_out: set[str] = set()
@@ -122,8 +128,11 @@ def build(seed: int = 0, train_size: int = 20000) -> TinyArithData:
         problems = sample_problems(rng, int(tier["size"]), tuple(tier["levels"]), exclude=held_out)
         held_out.update(p.question for p in problems)
         tiers[name] = problems
-    train = sample_problems(rng, train_size, tuple(LEVELS), TRAIN_LEVEL_WEIGHTS, exclude=held_out)
-    return TinyArithData(train, tiers)
+    train: list[Problem] = []
+    for level, count in TRAIN_LEVEL_COUNTS.items():
+        train += sample_problems(rng, max(1, round(count * train_scale)), (level,), exclude=held_out)
+    order = rng.permutation(len(train))
+    return TinyArithData([train[i] for i in order], tiers)
 
 
 def write_parquet(data: TinyArithData, folder: Path) -> dict[str, Path]:
@@ -144,7 +153,7 @@ def write_parquet(data: TinyArithData, folder: Path) -> dict[str, Path]:
     return out
 
 
-DATA_VERSION = 1
+DATA_VERSION = 3
 
 
 def ensure_data(seed: int = 0, home: Path | None = None) -> dict[str, Path]:
