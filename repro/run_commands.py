@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import time
@@ -37,10 +38,8 @@ def parse_sets(items: list[str]) -> dict[str, object]:
             raise ReproError(f"--set takes key=value, got {item!r} (e.g. --set lr=1e-3)")
         value = yaml.safe_load(raw)
         if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                pass
+            with contextlib.suppress(ValueError):
+                value = float(value)  # YAML 1.1 reads 1e-3 as a string
         out[key.strip()] = value
     return out
 
@@ -110,7 +109,7 @@ def run(
 ) -> None:
     """Train one cell of the grid. tiny-arith trains on this CPU in minutes; an interrupted run resumes.
 
-    The run folder (runs/<model>__<method>__<prompt set>__s<seed>) holds config.yaml, command.json,
+    The run folder (`runs/<model>__<method>__<prompt set>__s<seed>`) holds config.yaml, command.json,
     status.json, metrics/attempt-NNN.jsonl (verl's file-logger format) and checkpoints/. Running the same
     command again resumes an interrupted run from its last checkpoint and refuses to redo a finished one.
 
@@ -141,27 +140,28 @@ def run(
 
 
 def _train(config, path: Path, overwrite: bool) -> None:
-    from repro.local.model import ensure_tiny_model
+    from repro.local.model import TinyModelSpec, ensure_tiny_model, model_folder
     from repro.local.trainer import CpuTrainer
-    from repro.tasks.tiny_arith import ensure_data
+    from repro.tasks.tiny_arith import data_folder, ensure_data
 
     err = stderr_console()
-    files = ensure_data(config.data["data_seed"])
-    config.data["train_file"] = str(files["train"])
-    config.data["test_files"] = {k: str(v) for k, v in files.items() if k != "train"}
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("building the tiny-arith model (first use only)", total=None)
-        config.model["path"] = str(
-            ensure_tiny_model(progress=lambda _stage, done, total: progress.update(task, completed=done, total=total))
-        )
+    spec = TinyModelSpec()
+    config.model["path"] = str(model_folder(spec))
+    config.data["folder"] = str(data_folder(config.data["data_seed"]))
+    # validate the run folder before spending a minute building anything
     rundir = RunDir.prepare(path, config.to_dict(), ["repro", *sys.argv[1:]], overwrite=overwrite)
+    ensure_data(config.data["data_seed"])
+    if not (Path(config.model["path"]) / "COMPLETE").exists():
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("building the tiny-arith model (first use only)", total=spec.sft_steps)
+            ensure_tiny_model(spec=spec, progress=lambda _s, done, total: progress.update(task, completed=done))
     metrics_path = rundir.begin_attempt(launcher="local")
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     started = time.perf_counter()
@@ -204,9 +204,10 @@ def _train(config, path: Path, overwrite: bool) -> None:
         signal.signal(signal.SIGTERM, previous)
     rundir.end_attempt("finished")
     seconds = time.perf_counter() - started
-    head = sum(rewards[:5]) / max(1, len(rewards[:5])) if rewards else float("nan")
-    tail = sum(rewards[-5:]) / max(1, len(rewards[-5:])) if rewards else float("nan")
+    window = max(1, min(10, len(rewards) // 2))
+    head = sum(rewards[:window]) / window if rewards else float("nan")
+    tail = sum(rewards[-window:]) / window if rewards else float("nan")
     stdout_console().print(
-        f"finished {path} at step {last} in {seconds:.0f}s; pool reward (mean of 5 steps) "
-        f"{head:.3f} at the start of this attempt -> {tail:.3f} at the end"
+        f"finished {path} at step {last} in {seconds:.0f}s; mean reward of all drawn responses over "
+        f"{window} steps: {head:.3f} at the start of this attempt -> {tail:.3f} at the end"
     )

@@ -22,6 +22,7 @@ from repro.simulate.signal_loss import signal_loss
 app = typer.Typer(
     help="Sampling statistics at paper scale, with Bernoulli rewards instead of a model.",
     no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
 
 # The paper's Figure 2 statistics for Qwen2.5-Math-1.5B on an OpenR1 subset (paper/signal_loss.csv).
@@ -112,10 +113,10 @@ def sampling(
 ) -> None:
     """Run every method through the sampling core against Bernoulli rewards; MC beside exact values.
 
-    Columns: responses drawn per prompt (mean, p95; DAPO: per update prompt, p95 over steps), the share of
+        Columns: responses drawn per prompt (mean, p95; DAPO: per update prompt, p95 over steps), the share of
     update groups with signal (both correct and wrong responses), the share of drawn prompts with zero
-    gradient (all rewards equal), and Seq's unresolved share. "exact" columns are closed forms evaluated
-    on the same prompts (Est's conditional on its allocations).
+    gradient (all rewards equal), and Seq's unresolved share. "exact" columns are closed forms evaluated on
+    the same prompts (Est's conditional on its allocations).
 
     Examples:
 
@@ -201,7 +202,7 @@ def signal_loss_cmd(
 ) -> None:
     """All-correct and all-wrong group shares against group size n (the paper's Figure 2 logic).
 
-    Fits a Beta to pass@1 and pass@k (default: the paper's Qwen2.5-Math-1.5B figures, 26.5% and 81.3% at
+        Fits a Beta to pass@1 and pass@k (default: the paper's Qwen2.5-Math-1.5B figures, 26.5% and 81.3% at
     k=256), then prints E[p^n] and E[(1-p)^n] exactly and by Monte Carlo for n = 1..k.
 
     Examples:

@@ -34,14 +34,14 @@ def test_one_ppo_step_moves_log_probs_with_the_advantage(tiny_home) -> None:
     with torch.no_grad():
         before, _ = response_logprobs(model, batch, with_entropy=False)
     settings = PPOSettings(entropy_coeff=0.0)
-    optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optim = torch.optim.SGD(model.parameters(), lr=0.05)  # plain gradient step: the direction is the test
     metrics = ppo_update(model, optim, batch, advantages, before, actor_config(settings, 2, 2), settings)
     with torch.no_grad():
         after, _ = response_logprobs(model, batch, with_entropy=False)
-    seq_before = (before * batch.response_mask).sum(dim=1)
-    seq_after = (after * batch.response_mask).sum(dim=1)
-    assert seq_after[0] > seq_before[0] + 1e-4, "the positive-advantage response must become likelier"
-    assert seq_after[1] < seq_before[1] - 1e-4, "the negative-advantage response must become less likely"
+    digit = good.index(tok.convert_tokens_to_ids("7"))  # the only position where the two responses differ
+    assert bad[digit] == tok.convert_tokens_to_ids("9") and good[:digit] == bad[:digit]
+    assert after[0, digit] > before[0, digit] + 1e-4, "the positive-advantage answer must become likelier"
+    assert after[1, digit] < before[1, digit] - 1e-4, "the negative-advantage answer must become less likely"
     # at the first update old == new, so the ratio is 1: nothing clipped, no KL, loss = -mean(A) = 0
     assert metrics["actor/pg_clipfrac"] == 0.0 and abs(metrics["actor/ppo_kl"]) < 1e-6
     assert metrics["actor/pg_loss"] == pytest.approx(0.0, abs=1e-6)

@@ -146,6 +146,10 @@ def spread_summary(rates: np.ndarray) -> dict[str, float]:
     }
 
 
+def model_folder(spec: TinyModelSpec, home: Path | None = None) -> Path:
+    return (home or repro_home()) / "models" / spec.key()
+
+
 def ensure_tiny_model(
     seed: int = 0,
     home: Path | None = None,
@@ -154,7 +158,7 @@ def ensure_tiny_model(
 ) -> Path:
     """The cached model folder, built on first use (atomic: a killed build leaves no half model)."""
     spec = spec or TinyModelSpec(seed=seed)
-    folder = (home or repro_home()) / "models" / spec.key()
+    folder = model_folder(spec, home)
     if (folder / "COMPLETE").exists():
         return folder
     quiet_transformers()

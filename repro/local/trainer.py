@@ -105,7 +105,7 @@ class CpuTrainer:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.model = AutoModelForCausalLM.from_pretrained(model_path)
         self.model.eval()
-        self.prompts = load_prompts(Path(config.data["train_file"]), self.tokenizer)
+        self.prompts = load_prompts(Path(config.data["folder"]) / "train.parquet", self.tokenizer)
         self.loader = EpochLoader(len(self.prompts), config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.estimator: BetaBernoulliEstimator | None = make_estimator(self.spec) if self.spec.kind == "est" else None

@@ -156,11 +156,15 @@ def write_parquet(data: TinyArithData, folder: Path) -> dict[str, Path]:
 DATA_VERSION = 3
 
 
-def ensure_data(seed: int = 0, home: Path | None = None) -> dict[str, Path]:
-    """The task's Parquet files, generated on first use into $REPRO_HOME/data and reused afterwards."""
+def data_folder(seed: int = 0, home: Path | None = None) -> Path:
     from repro.paths import repro_home
 
-    folder = (home or repro_home()) / "data" / f"tiny-arith-v{DATA_VERSION}-s{seed}"
+    return (home or repro_home()) / "data" / f"tiny-arith-v{DATA_VERSION}-s{seed}"
+
+
+def ensure_data(seed: int = 0, home: Path | None = None) -> dict[str, Path]:
+    """The task's Parquet files, generated on first use into $REPRO_HOME/data and reused afterwards."""
+    folder = data_folder(seed, home)
     names = ["train", *TIERS]
     if all((folder / f"{n}.parquet").exists() for n in names):
         return {n: folder / f"{n}.parquet" for n in names}
