@@ -106,6 +106,14 @@ def run(
         typer.Option("--set", help="Override a training setting, e.g. --set lr=1e-3 (repeatable; see --dry-run)."),
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved config and exit.")] = False,
+    preset: Annotated[
+        str, typer.Option("--preset", help="GPU runs: paper (default) or released (the released scripts' values).")
+    ] = "paper",
+    train_file: Annotated[
+        Path | None, typer.Option("--train-file", help="GPU runs: verl Parquet of training prompts.")
+    ] = None,
+    val_file: Annotated[Path | None, typer.Option("--val-file", help="GPU runs: verl Parquet for validation.")] = None,
+    wandb: Annotated[bool, typer.Option("--wandb", help="GPU runs: also log to Weights & Biases.")] = False,
 ) -> None:
     """Train one cell of the grid. tiny-arith trains on this CPU in minutes; an interrupted run resumes.
 
@@ -120,16 +128,21 @@ def run(
       repro run --model tiny-arith --method grpo-n4 --steps 20 --seed 1
 
       repro run --model tiny-arith --method est --dry-run
+
+      repro run --model qwen2.5-math-1.5b --method seq-balance --dry-run   # the verl command for a GPU cell
+
+    GPU backbones run verl 0.9.1 with the Reinforce-Ada plugin (`pip install -e .[gpu]` on the GPU machine);
+    `--set key=value` then takes dotted verl config keys.
     """
     backbone = catalog.get_backbone(model)
     catalog.get_method(method)
     prompt_set = prompt_set or backbone.prompt_set
     catalog.get_prompt_set(prompt_set)
     if backbone.device != "cpu":
-        raise ReproError(
-            f"{model} trains on GPUs through verl, which this version cannot launch yet; "
-            "on this machine use --model tiny-arith"
-        )
+        path = run_dir or runs_root / cell_name(model, method, prompt_set, seed)
+        _run_verl(model, method, prompt_set, seed, path, preset, train_file, val_file, wandb, parse_sets(sets or []),
+                  overwrite, dry_run)
+        return
     config = build_cpu_config(model, method, prompt_set, seed, steps, batch, parse_sets(sets or []))
     path = run_dir or runs_root / cell_name(model, method, prompt_set, seed)
     if dry_run:
@@ -211,3 +224,52 @@ def _train(config, path: Path, overwrite: bool) -> None:
         f"finished {path} at step {last} in {seconds:.0f}s; mean reward of all drawn responses over "
         f"{window} steps: {head:.3f} at the start of this attempt -> {tail:.3f} at the end"
     )
+
+
+def _gpu_data_files(model: str, prompt_set: str, train_file: Path | None, val_file: Path | None) -> tuple[Path, Path]:
+    """Prompts filtered for this backbone (`repro data filter`), or files the user names."""
+    from repro.paths import repro_home
+
+    folder = repro_home() / "data" / f"{model}-{prompt_set}"
+    return train_file or folder / "train.parquet", val_file or folder / "val.parquet"
+
+
+def _run_verl(model, method, prompt_set, seed, path: Path, preset, train_file, val_file, wandb, sets, overwrite,
+              dry_run) -> None:
+    import subprocess
+
+    from repro.verl_plugin.config_builder import VerlCell, build_overrides, compose_and_validate, shell_command
+
+    train, val = _gpu_data_files(model, prompt_set, train_file, val_file)
+    cell = VerlCell(model, method, prompt_set, seed, preset=preset, train_file=str(train), val_file=str(val),
+                    run_dir=path, metrics_file=str(path / "metrics" / "attempt-NNN.jsonl"), wandb=wandb,
+                    overrides=sets)
+    overrides = build_overrides(cell)
+    cfg = compose_and_validate(overrides)
+    if dry_run:
+        from omegaconf import OmegaConf
+
+        stdout_console().print(f"# run folder: {path}\n# command (attempt-NNN is numbered at launch):")
+        typer.echo(shell_command(overrides))
+        typer.echo("# resolved verl config (composed against verl's ppo_trainer, validate_config passed):")
+        typer.echo(OmegaConf.to_yaml(cfg))
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ReproError(f"{model} needs CUDA GPUs and none is visible here; use --dry-run to print the command, "
+                         "or --model tiny-arith on a CPU")
+    for needed in (train, val):
+        if not needed.exists():
+            raise ReproError(f"{needed} does not exist; run `repro data filter --model {model}` or pass "
+                             "--train-file/--val-file")
+    rundir = RunDir.prepare(path, {"cell": cell.name, "preset": preset, "overrides": overrides},
+                            ["repro", *sys.argv[1:]], overwrite=overwrite)
+    metrics_path = rundir.begin_attempt(launcher="local")
+    cell.metrics_file = str(metrics_path)
+    final = build_overrides(cell)
+    (path / "launch.sh").write_text("#!/usr/bin/env bash\nset -euo pipefail\n" + shell_command(final) + "\n")
+    code = subprocess.call(["python", "-m", "repro.verl_plugin.entry", *final])
+    rundir.end_attempt("finished" if code == 0 else "failed", None if code == 0 else f"verl exited with {code}")
+    if code:
+        raise typer.Exit(code)

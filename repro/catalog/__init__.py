@@ -195,6 +195,14 @@ def hyperparameters() -> dict[str, Setting]:
     return dict(_hyperparameters())
 
 
+def gpu_resources(backbone: str) -> dict[str, Setting]:
+    """verl resources of a GPU backbone (paths relative to actor_rollout_ref, plus nnodes/n_gpus_per_node)."""
+    table = _gpu_resources()
+    if backbone not in table:
+        raise unknown_name("GPU backbone", backbone, table)
+    return dict(table[backbone])
+
+
 def get_backbone(name: str) -> Backbone:
     return _get(_backbones(), "backbone", name)
 
@@ -271,6 +279,18 @@ def _hyperparameters() -> Settings:
     filename = "hyperparameters.yaml"
     data = _read(filename)
     return MappingProxyType({name: _setting(raw, f"{filename}: {name}") for name, raw in data.items()})
+
+
+@functools.cache
+def _gpu_resources() -> Mapping[str, Settings]:
+    filename = "gpu_resources.yaml"
+    data = _read(filename)
+    gpu = {k for k, b in _backbones().items() if b.device == "gpu"}
+    if set(data) != gpu:
+        raise CatalogError(f"{filename}: must list exactly the GPU backbones {sorted(gpu)}, got {sorted(data)}")
+    return MappingProxyType(
+        {k: _settings(_mapping(v, f"{filename}: {k}"), f"{filename}: {k}") for k, v in data.items()}
+    )
 
 
 # The parsers take already-loaded YAML, so tests can feed them broken data directly.

@@ -1,0 +1,191 @@
+"""One grid cell -> the complete verl 0.9.1 Hydra override list, and the command that runs it.
+
+Everything comes from the catalog (paper hyperparameters, the method's sampler knobs, per-backbone GPU
+resources), so a cell's config is reproducible from its name and preset. The overrides compose against
+verl's installed `ppo_trainer` config, where an unknown key is an error, and pass verl's own
+`validate_config`; `compose_and_validate` runs both on a CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro import catalog
+from repro.errors import ReproError
+from repro.rundir import cell_name
+
+ADV_ESTIMATOR = "reinforce_ada"
+MANAGER_CLASS = "repro.verl_plugin.rollout.ReinforceAdaAgentLoopManager"
+CHECKPOINT_CALLBACK = "repro.verl_plugin.checkpoint.AdaStateCheckpoint"
+PLUGIN_MODULE = "repro.verl_plugin.register"
+ENTRY_MODULE = "repro.verl_plugin.entry"
+PRESETS = ("paper", "released")
+
+
+@dataclass
+class VerlCell:
+    backbone: str
+    method: str
+    prompt_set: str
+    seed: int
+    preset: str = "paper"
+    train_file: str = ""
+    val_file: str = ""
+    run_dir: Path = Path("runs")
+    metrics_file: str = ""
+    wandb: bool = False
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return cell_name(self.backbone, self.method, self.prompt_set, self.seed)
+
+
+def _hp(name: str, preset: str) -> Any:
+    setting = catalog.hyperparameters()[name]
+    if preset == "released" and setting.released is not None:
+        return setting.released
+    return setting.value
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_fmt(v) for v in value) + "]"
+    return str(value)
+
+
+def rollout_n(spec) -> int:
+    """Responses per prompt in verl's update batch: the group size, Est's average budget."""
+    return spec.n_avg if spec.kind == "est" else spec.n
+
+
+def build_overrides(cell: VerlCell) -> list[str]:
+    if cell.preset not in PRESETS:
+        raise ReproError(f"unknown preset {cell.preset!r}; valid presets: {', '.join(PRESETS)}")
+    backbone = catalog.get_backbone(cell.backbone)
+    if backbone.device != "gpu":
+        raise ReproError(f"{cell.backbone} is a CPU backbone; run it without the verl launcher")
+    method = catalog.get_method(cell.method)
+    catalog.get_prompt_set(cell.prompt_set)
+    spec = method.sampler_spec(seed=cell.seed)
+    if cell.preset == "released" and spec.kind == "seq":
+        spec = spec.with_(downsample=method.sampler["downsample"].released or "first")
+    res = {k: v.value for k, v in catalog.gpu_resources(cell.backbone).items()}
+    p = cell.preset
+    o: dict[str, Any] = {
+        "data.train_files": cell.train_file,
+        "data.val_files": cell.val_file,
+        "data.train_batch_size": _hp("train_prompt_batch_size", p),
+        "data.max_prompt_length": _hp("max_prompt_length", p),
+        "data.max_response_length": _hp("max_response_length", p),
+        "data.seed": cell.seed,
+        "actor_rollout_ref.model.path": backbone.hf_id,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": _hp("ppo_mini_batch_size", p),
+        "actor_rollout_ref.actor.use_dynamic_bsz": True,
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": res["actor.ppo_max_token_len_per_gpu"],
+        "actor_rollout_ref.actor.optim.lr": _hp("lr", p),
+        "actor_rollout_ref.actor.optim.lr_warmup_steps": _hp("lr_warmup_steps", p),
+        "actor_rollout_ref.actor.optim.lr_scheduler_type": _hp("lr_schedule", p),
+        "actor_rollout_ref.actor.optim.weight_decay": _hp("weight_decay", p),
+        "actor_rollout_ref.actor.optim.clip_grad": _hp("grad_clip", p),
+        "actor_rollout_ref.actor.clip_ratio_low": _hp("clip_ratio_low", p),
+        "actor_rollout_ref.actor.clip_ratio_high": _hp("clip_ratio_high", p),
+        "actor_rollout_ref.actor.loss_agg_mode": _hp("loss_agg_mode", p),
+        "actor_rollout_ref.actor.entropy_coeff": _hp("entropy_coeff", p),
+        "actor_rollout_ref.actor.use_kl_loss": _hp("use_kl_loss", p),
+        "actor_rollout_ref.actor.fsdp_config.param_offload": res["actor.fsdp_config.param_offload"],
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload": res["actor.fsdp_config.optimizer_offload"],
+        "actor_rollout_ref.rollout.name": "vllm",
+        "actor_rollout_ref.rollout.n": rollout_n(spec),
+        "actor_rollout_ref.rollout.temperature": _hp("temperature", p),
+        "actor_rollout_ref.rollout.top_p": _hp("top_p", p),
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": res["rollout.tensor_model_parallel_size"],
+        "actor_rollout_ref.rollout.gpu_memory_utilization": res["rollout.gpu_memory_utilization"],
+        "algorithm.use_kl_in_reward": _hp("use_kl_in_reward", p),
+        "reward.custom_reward_function.path": "pkg://repro.reward",
+        "reward.custom_reward_function.name": "compute_score",
+        "trainer.nnodes": res["nnodes"],
+        "trainer.n_gpus_per_node": res["n_gpus_per_node"],
+        "trainer.total_training_steps": _hp("total_training_steps", p),
+        "trainer.save_freq": _hp("eval_every_steps", p),
+        "trainer.test_freq": -1,
+        "trainer.val_before_train": False,
+        "trainer.logger": ["console", "file", *(["wandb"] if cell.wandb else [])],
+        "trainer.project_name": "repro",
+        "trainer.experiment_name": cell.name,
+        "trainer.default_local_dir": str(Path(cell.run_dir) / "checkpoints"),
+        "trainer.resume_mode": "auto",
+        "trainer.checkpoint_callback_class": CHECKPOINT_CALLBACK,
+        # every Ray process imports the plugin (estimator registration) before verl runs
+        "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
+    }
+    if cell.metrics_file:
+        o["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"] = cell.metrics_file
+    max_pos = res.get("model.override_config.max_position_embeddings")
+    if max_pos:
+        o["+actor_rollout_ref.model.override_config.max_position_embeddings"] = max_pos
+    if spec.kind in ("uniform", "dapo"):
+        o["algorithm.adv_estimator"] = "grpo"
+        o["algorithm.norm_adv_by_std_in_grpo"] = spec.norm_adv_by_std
+    if spec.kind == "dapo":
+        o["algorithm.filter_groups.enable"] = True
+        o["algorithm.filter_groups.metric"] = "acc"
+        o["algorithm.filter_groups.max_num_gen_batches"] = spec.max_num_gen_batches
+    if spec.kind in ("seq", "est"):
+        o["algorithm.adv_estimator"] = ADV_ESTIMATOR
+        o["+actor_rollout_ref.rollout.agent.agent_loop_manager_class"] = MANAGER_CLASS
+        for key, value in spec.to_dict().items():
+            o[f"+algorithm.reinforce_ada.{key}"] = value
+    for key, value in cell.overrides.items():
+        plain = key.lstrip("+")
+        matches = [k for k in o if k.lstrip("+") == plain]
+        for k in matches:
+            del o[k]
+        o[matches[0] if matches else key] = value
+    return [f"{k}={_fmt(v)}" for k, v in o.items()]
+
+
+def command(overrides: list[str]) -> list[str]:
+    """The process to start on the head node: verl's Hydra main behind our entry module."""
+    return [sys.executable if sys.executable else "python", "-m", ENTRY_MODULE, *overrides]
+
+
+def shell_command(overrides: list[str]) -> str:
+    return " ".join(shlex.quote(part) for part in ["python", "-m", ENTRY_MODULE, *overrides])
+
+
+def compose(overrides: list[str]):
+    """verl's own config composition (an unknown key is an error)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+            return hydra_compose(config_name="ppo_trainer", overrides=overrides)
+    except Exception as exc:
+        raise ReproError(f"verl rejected the config: {' '.join(str(exc).split())[:400]}") from exc
+
+
+def compose_and_validate(overrides: list[str]):
+    from verl.trainer.main_ppo import validate_config
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+
+    cfg = compose(overrides)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # verl prints a success banner on stdout
+            validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    except Exception as exc:
+        raise ReproError(f"verl's validate_config failed: {' '.join(str(exc).split())[:400]}") from exc
+    return cfg

@@ -1,0 +1,167 @@
+"""Reinforce-Ada's multi-round sampling as a verl 0.9.1 agent-loop manager (no fork).
+
+Named by `actor_rollout_ref.rollout.agent.agent_loop_manager_class`. Validation batches take verl's
+default path. For a training batch the manager runs the sampling core over the whole batch
+(`run_adaptive_step`: synchronous rounds with a barrier, or one stream per prompt), asking agent-loop
+workers for `count` more scored responses of a prompt at a time. A worker runs verl's own agent loop
+(the server client, the chat template, the custom reward function) but keeps the outputs to itself
+instead of publishing them; once the core has chosen each prompt's update group, the worker publishes
+exactly those to TransferQueue under `{uid}_{j}_0`, as verl's default worker would for `rollout.n`
+sessions, and marks the prompt finished. Per-prompt pool statistics go to `pool_stats`, where the
+`reinforce_ada` advantage estimator (same process) reads them.
+
+Everything verl-facing here needs Ray, TransferQueue and inference servers, so it runs on GPU machines
+only; the loop it drives (`ada_loop`) and the estimator are tested on CPU against verl's real code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+import transfer_queue as tq
+from tensordict import NonTensorData, NonTensorStack, TensorDict
+from verl.experimental.agent_loop import get_trajectory_info
+from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
+
+from repro.rundir import MetricsWriter
+from repro.sampling.spec import SamplerSpec
+from repro.verl_plugin import pool_stats, state
+from repro.verl_plugin.ada_loop import Sample, run_adaptive_step
+
+logger = logging.getLogger(__name__)
+_COLLECT = contextvars.ContextVar("reinforce_ada_collect", default=False)
+
+
+def batch_rows(batch: TensorDict) -> list[dict[str, Any]]:
+    """One dict per prompt, unpacked the way verl's worker unpacks a TensorDict batch."""
+    rows = []
+    for i in range(len(batch)):
+        row = {}
+        for key, value in batch.items():
+            if isinstance(value, torch.Tensor):
+                row[key] = value[i]
+            elif isinstance(value, NonTensorStack):
+                row[key] = value[i].data
+            elif isinstance(value, NonTensorData):
+                row[key] = value.data
+        rows.append(row)
+    return rows
+
+
+class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
+    """verl's TransferQueue worker plus three calls: begin a prompt, draw more, publish the kept ones."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._ada: dict[str, dict[str, Any]] = {}
+
+    async def _agent_loop_postprocess(self, output, validate, **kwargs):
+        if not _COLLECT.get():
+            return await super()._agent_loop_postprocess(output, validate, **kwargs)
+        outputs = output if isinstance(output, list) else [output]
+        await self._compute_score(outputs, kwargs=kwargs)  # verl's reward path: our custom compute_score
+        return outputs
+
+    async def ada_begin(self, rows: list[dict[str, Any]], global_steps: int) -> None:
+        config = self.config.actor_rollout_ref.rollout
+        params = dict(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
+                      repetition_penalty=1.0, logprobs=config.calculate_log_probs)
+        infos = await get_trajectory_info(global_steps, [r.get("index", i) for i, r in enumerate(rows)], False)
+        for row, info in zip(rows, infos, strict=True):
+            if "agent_name" not in row:
+                row["agent_name"] = config.agent.default_agent_loop
+            self._ada[row["uid"]] = {"row": row, "trajectory": info, "params": params, "outputs": []}
+            await tq.async_kv_put(key=row["uid"], partition_id="train", tag={"status": "running"})
+
+    async def ada_generate(self, uid: str, count: int) -> list[float]:
+        entry = self._ada[uid]
+        start = len(entry["outputs"])
+
+        async def one(session: int):
+            _COLLECT.set(True)
+            return await self._run_agent_loop(entry["params"], trajectory=entry["trajectory"], trace=False,
+                                              session_id=session, **entry["row"])
+
+        results = await asyncio.gather(*(one(start + k) for k in range(count)))
+        entry["outputs"].extend(results)
+        return [float(r[-1].reward_score) for r in results]
+
+    async def ada_commit(self, uid: str, keep: list[int], ok: bool = True) -> None:
+        entry = self._ada.pop(uid)
+        try:
+            for j, index in enumerate(keep):
+                await AgentLoopWorkerTQ.__ray_actor_class__._agent_loop_postprocess(
+                    self, entry["outputs"][index], False, **{**entry["row"], "session_id": j}
+                )
+            status = "finished" if ok else "failure"
+        except Exception:
+            logger.exception("publishing the update group of %s failed", uid)
+            status = "failure"
+        await tq.async_kv_put(key=uid, partition_id="train", tag={"status": status})
+
+
+class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.agent_loop_workers_class = ray.remote(AdaWorker)
+        self.spec = SamplerSpec.from_dict(dict(self.config.algorithm.reinforce_ada))
+        checkpoints = Path(self.config.trainer.default_local_dir)
+        if self.config.trainer.resume_mode != "disable" and self.spec.kind == "est":
+            restored = state.restore(checkpoints)
+            logger.info("Reinforce-Ada estimator restored from step %s", restored)
+        self._sampler_log = None
+
+    def generate_sequences(self, prompts: TensorDict) -> None:
+        if "validate" in prompts and bool(prompts["validate"]):
+            return super().generate_sequences(prompts)
+        return asyncio.run(self._generate_adaptive(prompts))
+
+    async def _generate_adaptive(self, prompts: TensorDict) -> None:
+        rows = batch_rows(prompts)
+        step = int(rows[0].get("global_steps", 0)) if rows else 0
+        workers = self.agent_loop_workers
+        owner = {row["uid"]: workers[i % len(workers)] for i, row in enumerate(rows)}
+        chunks: dict[int, list[dict]] = {}
+        for i, row in enumerate(rows):
+            chunks.setdefault(i % len(workers), []).append(row)
+        await asyncio.gather(*(workers[w].ada_begin.remote(chunk, step) for w, chunk in chunks.items()))
+        uids = [row["uid"] for row in rows]
+        prompt_keys = [str(row.get("index", row["uid"])) for row in rows]
+
+        async def generate(slot: int, count: int) -> list[Sample]:
+            rewards = await owner[uids[slot]].ada_generate.remote(uids[slot], count)
+            return [Sample(reward=r, payload=None) for r in rewards]
+
+        try:
+            result = await run_adaptive_step(self.spec, prompt_keys, generate, step=step,
+                                             estimator=state.estimator(self.spec))
+        except Exception:
+            await asyncio.gather(*(owner[u].ada_commit.remote(u, [], False) for u in uids))
+            raise
+        pool_stats.record({
+            uids[s]: pool_stats.PoolStat(result.pool_mean[s], result.pool_size[s], result.weight[s],
+                                         result.pool_std[s], step)
+            for s in range(len(uids))
+        })
+        pool_stats.forget_before(step - 2)
+        await asyncio.gather(*(owner[uids[s]].ada_commit.remote(uids[s], list(result.kept_index.get(s, [])))
+                               for s in range(len(uids))))
+        self._log(step, result.metrics)
+
+    def _log(self, step: int, metrics: dict[str, float]) -> None:
+        """Sampler metrics beside verl's file log (verl's trainer owns its metrics dict)."""
+        import os
+
+        target = os.environ.get("VERL_FILE_LOGGER_PATH")
+        if not target:
+            return
+        if self._sampler_log is None:
+            path = Path(target)
+            self._sampler_log = MetricsWriter(path.with_name(path.stem + ".sampler.jsonl"))
+        self._sampler_log.log(step, metrics)
