@@ -140,8 +140,20 @@ def run(
     catalog.get_prompt_set(prompt_set)
     if backbone.device != "cpu":
         path = run_dir or runs_root / cell_name(model, method, prompt_set, seed)
-        _run_verl(model, method, prompt_set, seed, path, preset, train_file, val_file, wandb, parse_sets(sets or []),
-                  overwrite, dry_run)
+        _run_verl(
+            model,
+            method,
+            prompt_set,
+            seed,
+            path,
+            preset,
+            train_file,
+            val_file,
+            wandb,
+            parse_sets(sets or []),
+            overwrite,
+            dry_run,
+        )
         return
     config = build_cpu_config(model, method, prompt_set, seed, steps, batch, parse_sets(sets or []))
     path = run_dir or runs_root / cell_name(model, method, prompt_set, seed)
@@ -234,16 +246,27 @@ def _gpu_data_files(model: str, prompt_set: str, train_file: Path | None, val_fi
     return train_file or folder / "train.parquet", val_file or folder / "val.parquet"
 
 
-def _run_verl(model, method, prompt_set, seed, path: Path, preset, train_file, val_file, wandb, sets, overwrite,
-              dry_run) -> None:
+def _run_verl(
+    model, method, prompt_set, seed, path: Path, preset, train_file, val_file, wandb, sets, overwrite, dry_run
+) -> None:
     import subprocess
 
     from repro.verl_plugin.config_builder import VerlCell, build_overrides, compose_and_validate, shell_command
 
     train, val = _gpu_data_files(model, prompt_set, train_file, val_file)
-    cell = VerlCell(model, method, prompt_set, seed, preset=preset, train_file=str(train), val_file=str(val),
-                    run_dir=path, metrics_file=str(path / "metrics" / "attempt-NNN.jsonl"), wandb=wandb,
-                    overrides=sets)
+    cell = VerlCell(
+        model,
+        method,
+        prompt_set,
+        seed,
+        preset=preset,
+        train_file=str(train),
+        val_file=str(val),
+        run_dir=path,
+        metrics_file=str(path / "metrics" / "attempt-NNN.jsonl"),
+        wandb=wandb,
+        overrides=sets,
+    )
     overrides = build_overrides(cell)
     cfg = compose_and_validate(overrides)
     if dry_run:
@@ -257,14 +280,21 @@ def _run_verl(model, method, prompt_set, seed, path: Path, preset, train_file, v
     import torch
 
     if not torch.cuda.is_available():
-        raise ReproError(f"{model} needs CUDA GPUs and none is visible here; use --dry-run to print the command, "
-                         "or --model tiny-arith on a CPU")
+        raise ReproError(
+            f"{model} needs CUDA GPUs and none is visible here; use --dry-run to print the command, "
+            "or --model tiny-arith on a CPU"
+        )
     for needed in (train, val):
         if not needed.exists():
-            raise ReproError(f"{needed} does not exist; run `repro data filter --model {model}` or pass "
-                             "--train-file/--val-file")
-    rundir = RunDir.prepare(path, {"cell": cell.name, "preset": preset, "overrides": overrides},
-                            ["repro", *sys.argv[1:]], overwrite=overwrite)
+            raise ReproError(
+                f"{needed} does not exist; run `repro data filter --model {model}` or pass --train-file/--val-file"
+            )
+    rundir = RunDir.prepare(
+        path,
+        {"cell": cell.name, "preset": preset, "overrides": overrides},
+        ["repro", *sys.argv[1:]],
+        overwrite=overwrite,
+    )
     metrics_path = rundir.begin_attempt(launcher="local")
     cell.metrics_file = str(metrics_path)
     final = build_overrides(cell)

@@ -70,8 +70,13 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
 
     async def ada_begin(self, rows: list[dict[str, Any]], global_steps: int) -> None:
         config = self.config.actor_rollout_ref.rollout
-        params = dict(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
-                      repetition_penalty=1.0, logprobs=config.calculate_log_probs)
+        params = dict(
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=config.top_k,
+            repetition_penalty=1.0,
+            logprobs=config.calculate_log_probs,
+        )
         infos = await get_trajectory_info(global_steps, [r.get("index", i) for i, r in enumerate(rows)], False)
         for row, info in zip(rows, infos, strict=True):
             if "agent_name" not in row:
@@ -85,8 +90,9 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
 
         async def one(session: int):
             _COLLECT.set(True)
-            return await self._run_agent_loop(entry["params"], trajectory=entry["trajectory"], trace=False,
-                                              session_id=session, **entry["row"])
+            return await self._run_agent_loop(
+                entry["params"], trajectory=entry["trajectory"], trace=False, session_id=session, **entry["row"]
+            )
 
         results = await asyncio.gather(*(one(start + k) for k in range(count)))
         entry["outputs"].extend(results)
@@ -139,19 +145,24 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
             return [Sample(reward=r, payload=None) for r in rewards]
 
         try:
-            result = await run_adaptive_step(self.spec, prompt_keys, generate, step=step,
-                                             estimator=state.estimator(self.spec))
+            result = await run_adaptive_step(
+                self.spec, prompt_keys, generate, step=step, estimator=state.estimator(self.spec)
+            )
         except Exception:
             await asyncio.gather(*(owner[u].ada_commit.remote(u, [], False) for u in uids))
             raise
-        pool_stats.record({
-            uids[s]: pool_stats.PoolStat(result.pool_mean[s], result.pool_size[s], result.weight[s],
-                                         result.pool_std[s], step)
-            for s in range(len(uids))
-        })
+        pool_stats.record(
+            {
+                uids[s]: pool_stats.PoolStat(
+                    result.pool_mean[s], result.pool_size[s], result.weight[s], result.pool_std[s], step
+                )
+                for s in range(len(uids))
+            }
+        )
         pool_stats.forget_before(step - 2)
-        await asyncio.gather(*(owner[uids[s]].ada_commit.remote(uids[s], list(result.kept_index.get(s, [])))
-                               for s in range(len(uids))))
+        await asyncio.gather(
+            *(owner[uids[s]].ada_commit.remote(uids[s], list(result.kept_index.get(s, []))) for s in range(len(uids)))
+        )
         self._log(step, result.metrics)
 
     def _log(self, step: int, metrics: dict[str, float]) -> None:

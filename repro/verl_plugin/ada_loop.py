@@ -1,0 +1,241 @@
+"""The asynchronous driver of one step of Reinforce-Ada sampling, for the verl rollout manager.
+
+The algorithm lives in the numpy core (`repro.sampling.StepSampler`); this module only schedules it.
+A caller supplies `generate(slot, count)`, an awaitable that produces `count` scored responses for the
+prompt in `slot` (in production: `count` concurrent agent-loop runs against verl's `LLMServerClient`,
+each scored, the payload being verl's `AgentLoopOutput`), and gets back the update group of every
+prompt with its pool statistics.
+
+Two schedules, chosen by `spec.streaming` (METHODS.md "seq-*-stream"):
+
+- synchronous (the paper's Seq): rounds with a barrier. Each round asks the core which prompts need
+  how many responses (`plan()`), awaits all of them together, then reports every reward;
+- streaming: one task per prompt, each asking for its next batch (`request(slot)`) as soon as its
+  previous batch is scored, so no prompt waits for the slowest response of another.
+
+Per prompt the sequence of requests is the same in both (the core decides from that prompt's own pool),
+so for the same per-prompt response streams both give identical pools and update groups; only the
+interleaving across prompts changes. Responses are numbered per prompt in arrival order: the order
+`generate` returns them, batch after batch, which is the order the core sees them.
+
+Framework-light on purpose: numpy and asyncio only, no torch or verl at import time, so the verl worker
+can import it cheaply and the tests can drive it with a fake server (`fake_server.FakeLLMServer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from uuid import uuid4
+
+import numpy as np
+
+from repro.reward import compute_score
+from repro.sampling.spec import SamplerSpec
+from repro.sampling.step import StepResult, StepSampler
+
+if TYPE_CHECKING:
+    from repro.sampling.estimator import BetaBernoulliEstimator
+
+
+@dataclass
+class Sample:
+    """One generated, scored response."""
+
+    reward: float
+    payload: Any  # whatever the generator returns (a verl AgentLoopOutput in production)
+
+
+GenerateFn = Callable[[int, int], Awaitable[list[Sample]]]  # (slot, count) -> count scored samples
+RewardFn = Callable[..., float]
+
+
+@dataclass
+class AdaptiveStep:
+    """One step's outcome, per prompt slot (every slot of the step is a key of every dict)."""
+
+    kept: dict[int, list[Sample]]  # the update group (exactly n for seq; all drawn for est), arrival order
+    kept_index: dict[int, list[int]]  # arrival indices of the kept samples within the prompt's pool
+    pool_mean: dict[int, float]  # mean reward of the whole pool: the global baseline
+    pool_size: dict[int, int]
+    weight: dict[int, float]  # Est residual weight (1 elsewhere)
+    pool_std: dict[int, float]  # unbiased (ddof=1), 0 for a pool of one
+    metrics: dict[str, float]  # StepResult.metrics
+    result: StepResult
+    pools: dict[int, list[Sample]] = field(default_factory=dict)  # everything drawn, arrival order
+    kept_advantage: dict[int, list[float]] = field(default_factory=dict)  # the core's advantage per kept
+
+    def rows(self) -> list[tuple[int, Sample, float]]:
+        """The update batch flat, in the core's row order (slot-major): (slot, sample, advantage)."""
+        return [(s, x, a) for s in sorted(self.kept) for x, a in zip(self.kept[s], self.kept_advantage[s], strict=True)]
+
+
+async def _gather_or_cancel(coros: Iterable[Awaitable[Any]]) -> list[Any]:
+    """asyncio.gather that cancels the siblings when one fails and re-raises that first error as is."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+async def run_adaptive_step(
+    spec: SamplerSpec,
+    prompt_ids: Sequence[Hashable],
+    generate: GenerateFn,
+    *,
+    step: int = 0,
+    estimator: BetaBernoulliEstimator | None = None,
+    max_concurrency: int | None = None,
+) -> AdaptiveStep:
+    """Sample one step for `prompt_ids` (slot i is prompt_ids[i]) and select the update groups.
+
+    `max_concurrency` caps how many `generate(slot, count)` batches are awaited at once (a prompt's
+    batch counts once however large it is); None means no cap. Seq, Est and uniform are supported; DAPO
+    refills prompt batches and is left to verl's native `filter_groups` on this path (METHODS.md).
+    """
+    if spec.kind == "dapo":
+        raise ValueError("dapo uses verl's native filter_groups on the verl path, not this driver")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1 or None, got {max_concurrency}")
+    sampler = StepSampler(spec, prompt_ids, step=step, estimator=estimator)
+    pools: dict[int, list[Sample]] = {slot: [] for slot in range(sampler.num_slots)}
+    gate = asyncio.Semaphore(max_concurrency) if max_concurrency is not None else None
+
+    async def draw(slot: int, count: int) -> list[Sample]:
+        if count < 1:
+            raise RuntimeError(f"slot {slot}: the sampler asked for {count} responses")
+        if gate is None:
+            samples = list(await generate(slot, count))
+        else:
+            async with gate:
+                samples = list(await generate(slot, count))
+        if len(samples) != count:
+            raise RuntimeError(f"slot {slot}: generate returned {len(samples)} samples for {count} requested")
+        return samples
+
+    def accept(slot: int, samples: list[Sample]) -> None:
+        pools[slot].extend(samples)
+        sampler.observe(slot, np.array([float(s.reward) for s in samples]))
+
+    if spec.streaming:
+
+        async def prompt_task(slot: int) -> None:
+            while (count := sampler.request(slot)) > 0:
+                accept(slot, await draw(slot, count))
+
+        await _gather_or_cancel(prompt_task(slot) for slot in range(sampler.num_slots))
+    else:
+        while True:
+            slots, counts = sampler.plan()
+            if slots.size == 0:
+                break
+            batches = await _gather_or_cancel(draw(int(s), int(c)) for s, c in zip(slots, counts, strict=True))
+            for slot, samples in zip(slots, batches, strict=True):
+                accept(int(slot), samples)
+
+    if not sampler.done():  # pragma: no cover - the core guarantees this once nothing is waiting
+        raise RuntimeError("sampling stopped with prompts still needing responses")
+    return _assemble(sampler.finalize(), pools)
+
+
+def _assemble(result: StepResult, pools: dict[int, list[Sample]]) -> AdaptiveStep:
+    slots = len(pools)
+    # np.nonzero in finalize() yields rows sorted by slot, then by arrival index.
+    bounds = np.searchsorted(result.slot, np.arange(slots + 1))
+    kept: dict[int, list[Sample]] = {}
+    kept_index: dict[int, list[int]] = {}
+    kept_advantage: dict[int, list[float]] = {}
+    pool_std: dict[int, float] = {}
+    for slot in range(slots):
+        pool = pools[slot]
+        if len(pool) != int(result.pool_size[slot]):
+            raise RuntimeError(f"slot {slot}: {len(pool)} samples held but the core counted {result.pool_size[slot]}")
+        lo, hi = int(bounds[slot]), int(bounds[slot + 1])
+        index = [int(i) for i in result.index[lo:hi]]
+        kept_index[slot] = index
+        kept[slot] = [pool[i] for i in index]
+        kept_advantage[slot] = [float(a) for a in result.advantage[lo:hi]]
+        rewards = np.array([float(s.reward) for s in pool])
+        pool_std[slot] = float(rewards.std(ddof=1)) if rewards.size > 1 else 0.0
+    return AdaptiveStep(
+        kept=kept,
+        kept_index=kept_index,
+        pool_mean={s: float(result.pool_mean[s]) for s in range(slots)},
+        pool_size={s: int(result.pool_size[s]) for s in range(slots)},
+        weight={s: float(result.weight[s]) for s in range(slots)},
+        pool_std=pool_std,
+        metrics=dict(result.metrics),
+        result=result,
+        pools=pools,
+        kept_advantage=kept_advantage,
+    )
+
+
+@dataclass
+class Generation:
+    """The payload `make_generate` attaches to each sample."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    text: str
+    reward: float
+    stop_reason: str | None
+
+
+def make_generate(
+    server: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    ground_truths: Sequence[str],
+    data_source: str | Sequence[str],
+    sampling_params: dict[str, Any],
+    reward_fn: RewardFn = compute_score,
+    *,
+    max_concurrency: int | None = None,
+) -> GenerateFn:
+    """A `GenerateFn` over anything with `LLMServerClient.generate`'s interface (verl 0.9.1).
+
+    Each of the `count` responses of a batch is its own `server.generate(request_id=<fresh uuid>,
+    prompt_ids=..., sampling_params=...)` call, all issued concurrently; the token ids are decoded with
+    `skip_special_tokens=True` and scored with `reward_fn(data_source, text, ground_truth)` (the project's
+    math-verify `compute_score` by default, called inline: it is memoised and cheap after warm-up).
+    Every call gets its own copy of `sampling_params`, since a server may consume keys from it.
+    `max_concurrency` caps the server requests in flight across all prompts (None: no cap). Samples come
+    back in call order, so a prompt's arrival index equals its call order.
+    """
+    if len(prompts) != len(ground_truths):
+        raise ValueError(f"{len(prompts)} prompts but {len(ground_truths)} ground truths")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1 or None, got {max_concurrency}")
+    prompt_lists = [[int(t) for t in p] for p in prompts]  # Python ints, as the server's pydantic types want
+    sources = [data_source] * len(prompts) if isinstance(data_source, str) else list(data_source)
+    if len(sources) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(sources)} data sources")
+    params = dict(sampling_params)
+    gate = asyncio.Semaphore(max_concurrency) if max_concurrency is not None else None
+
+    async def call(prompt: list[int]) -> Any:
+        return await server.generate(request_id=uuid4().hex, prompt_ids=list(prompt), sampling_params=dict(params))
+
+    async def one(slot: int) -> Sample:
+        prompt = prompt_lists[slot]
+        if gate is None:
+            output = await call(prompt)
+        else:
+            async with gate:
+                output = await call(prompt)
+        response_ids = list(output.token_ids)
+        text = tokenizer.decode(response_ids, skip_special_tokens=True)
+        reward = float(reward_fn(sources[slot], text, ground_truths[slot]))
+        return Sample(reward, Generation(prompt, response_ids, text, reward, output.stop_reason))
+
+    async def generate(slot: int, count: int) -> list[Sample]:
+        return await _gather_or_cancel(one(slot) for _ in range(count))
+
+    return generate

@@ -1,0 +1,256 @@
+"""The GPU path's configs, checked against verl 0.9.1's real config composition and validate_config."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from repro.cli import main
+from repro.errors import ReproError
+from repro.sweep import load_sweep
+from repro.verl_plugin.config_builder import (
+    CHECKPOINT_CALLBACK,
+    MANAGER_CLASS,
+    VerlCell,
+    build_overrides,
+    compose,
+    compose_and_validate,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cell(backbone="qwen2.5-math-1.5b", method="seq-balance", prompt_set="standard", **kw) -> VerlCell:
+    return VerlCell(
+        backbone,
+        method,
+        prompt_set,
+        0,
+        train_file="/data/t.parquet",
+        val_file="/data/v.parquet",
+        run_dir=Path("/runs/x"),
+        metrics_file="/runs/x/metrics/attempt-001.jsonl",
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("sweep_file", ["paper.yaml", "paper-hard.yaml"])
+def test_every_cell_of_both_sweeps_composes_and_validates(sweep_file: str) -> None:
+    sweep = load_sweep(ROOT / "sweeps" / sweep_file)
+    cells = sweep.cells()
+    assert len(cells) == 28 and {c.prompt_set for c in cells} == {sweep.prompt_sets[0]}
+    for c in cells:
+        cfg = compose_and_validate(
+            build_overrides(
+                VerlCell(
+                    c.backbone,
+                    c.method,
+                    c.prompt_set,
+                    c.seed,
+                    train_file="/t.parquet",
+                    val_file="/v.parquet",
+                    run_dir=Path("/runs") / c.backbone,
+                )
+            )
+        )
+        assert cfg.data.train_batch_size == 512
+        assert cfg.trainer.experiment_name == f"{c.backbone}__{c.method}__{c.prompt_set}__s0"
+
+
+def test_paper_hyperparameters_reach_verl() -> None:
+    cfg = compose_and_validate(build_overrides(cell()))
+    actor = cfg.actor_rollout_ref.actor
+    assert (actor.clip_ratio_low, actor.clip_ratio_high, actor.loss_agg_mode) == (0.2, 0.28, "token-mean")
+    assert (actor.entropy_coeff, actor.use_kl_loss, cfg.algorithm.use_kl_in_reward) == (1e-4, False, False)
+    assert (actor.optim.lr, actor.optim.lr_warmup_steps, actor.optim.weight_decay, actor.optim.clip_grad) == (
+        1e-6,
+        10,
+        0.0,
+        1.0,
+    )
+    assert actor.ppo_mini_batch_size == 128 and actor.use_dynamic_bsz
+    rollout = cfg.actor_rollout_ref.rollout
+    assert (rollout.name, rollout.temperature, rollout.top_p, rollout.n) == ("vllm", 1.0, 1.0, 4)
+    assert (cfg.data.max_prompt_length, cfg.data.max_response_length) == (1024, 2048)
+    assert cfg.trainer.total_training_steps == 600 and cfg.trainer.resume_mode == "auto"
+    assert cfg.trainer.default_local_dir == "/runs/x/checkpoints"
+    assert list(cfg.trainer.logger) == ["console", "file"]
+    assert cfg.trainer.checkpoint_callback_class == CHECKPOINT_CALLBACK
+    assert cfg.reward.custom_reward_function.path == "pkg://repro.reward"
+    env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env.VERL_USE_EXTERNAL_MODULES == "repro.verl_plugin.register"
+    assert env.VERL_FILE_LOGGER_PATH == "/runs/x/metrics/attempt-001.jsonl"
+    assert cfg.actor_rollout_ref.model.override_config.max_position_embeddings == 32768
+
+
+def test_method_knobs() -> None:
+    seq = compose(build_overrides(cell(method="seq-balance")))
+    assert seq.algorithm.adv_estimator == "reinforce_ada"
+    assert seq.actor_rollout_ref.rollout.agent.agent_loop_manager_class == MANAGER_CLASS
+    ada = OmegaConf.to_container(seq.algorithm.reinforce_ada)
+    assert (ada["kind"], ada["exit_rule"], ada["round_size"], ada["max_rounds"], ada["n"]) == (
+        "seq",
+        "balance",
+        8,
+        4,
+        4,
+    )
+    assert ada["downsample"] == "random" and ada["global_std_norm"] is False and ada["positive_threshold"] == 0.7
+    stream = OmegaConf.to_container(compose(build_overrides(cell(method="seq-pos-stream"))).algorithm.reinforce_ada)
+    assert stream["streaming"] is True and stream["exit_rule"] == "pos" and stream["k_pos"] == 1
+    g16 = compose(build_overrides(cell(method="grpo-n16")))
+    assert g16.algorithm.adv_estimator == "grpo" and g16.actor_rollout_ref.rollout.n == 16
+    assert g16.algorithm.norm_adv_by_std_in_grpo is True and "reinforce_ada" not in g16.algorithm
+    dapo = compose(build_overrides(cell(method="dapo")))
+    assert dapo.algorithm.filter_groups.enable is True and dapo.algorithm.filter_groups.metric == "acc"
+    assert dapo.algorithm.filter_groups.max_num_gen_batches == 10 and dapo.actor_rollout_ref.rollout.n == 4
+    est = compose(build_overrides(cell(method="est")))
+    assert est.actor_rollout_ref.rollout.n == 8 and est.algorithm.reinforce_ada.n_max == 32
+
+
+def test_released_preset_and_resources() -> None:
+    rel = compose(build_overrides(cell(preset="released")))
+    assert rel.actor_rollout_ref.actor.entropy_coeff == 0 and rel.trainer.total_training_steps == 400
+    assert rel.algorithm.reinforce_ada.downsample == "first"
+    big = compose(build_overrides(cell(backbone="qwen2.5-math-7b")))
+    assert big.actor_rollout_ref.rollout.tensor_model_parallel_size == 2
+    assert big.actor_rollout_ref.actor.fsdp_config.optimizer_offload is True
+    llama = compose(build_overrides(cell(backbone="llama-3.2-3b-instruct", prompt_set="hard")))
+    assert llama.actor_rollout_ref.model.path == "meta-llama/Llama-3.2-3B-Instruct"
+    assert "max_position_embeddings" not in llama.actor_rollout_ref.model.get("override_config", {})
+    assert "wandb" in compose(build_overrides(cell(wandb=True))).trainer.logger
+
+
+def test_overrides_replace_and_unknown_keys_are_errors() -> None:
+    cfg = compose(build_overrides(cell(overrides={"trainer.save_freq": 25, "actor_rollout_ref.rollout.n": 4})))
+    assert cfg.trainer.save_freq == 25
+    with pytest.raises(ReproError, match="verl rejected the config"):
+        compose(build_overrides(cell(overrides={"actor_rollout_ref.actor.no_such_key": 1})))
+    # without dynamic batch sizes verl demands micro-batch sizes: its own validation says so
+    with pytest.raises(ReproError, match=r"validate_config failed.*micro"):
+        compose_and_validate(build_overrides(cell(overrides={"actor_rollout_ref.actor.use_dynamic_bsz": False})))
+    with pytest.raises(ReproError, match="unknown preset"):
+        build_overrides(cell(preset="fast"))
+    with pytest.raises(ReproError, match="CPU backbone"):
+        build_overrides(cell(backbone="tiny-arith"))
+
+
+def test_checkpoint_hook_through_verls_builder_and_resume(tmp_path) -> None:
+    from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback
+
+    from repro.sampling import SamplerSpec
+    from repro.verl_plugin import state
+    from repro.verl_plugin.checkpoint import AdaStateCheckpoint
+
+    cfg = compose(build_overrides(cell(method="est")))
+    callback = build_checkpoint_callback(cfg)
+    assert isinstance(callback, AdaStateCheckpoint)
+    state.reset()
+    spec = SamplerSpec.from_dict(OmegaConf.to_container(cfg.algorithm.reinforce_ada))
+    est = state.estimator(spec)
+    est.update(["7", "8"], np.array([3, 0]), np.array([8, 8]))
+    for step in (50, 100):
+        folder = tmp_path / f"global_step_{step}"
+        folder.mkdir()
+        callback.on_save(trainer=None, global_step=step, checkpoint_dir=str(folder))
+    (tmp_path / "global_step_150").mkdir()  # verl saved, the hook did not run (killed in between)
+    expected = est.p_hat(["7", "8"])
+    state.reset()
+    assert state.restore(tmp_path) == 100
+    np.testing.assert_allclose(state.estimator(spec).p_hat(["7", "8"]), expected)
+    state.reset()
+    assert state.restore(tmp_path / "nothing") is None
+
+
+def test_plugin_classes_load_through_verls_own_loader() -> None:
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
+    from verl.utils.import_utils import load_class_from_fqn
+
+    from repro.verl_plugin.rollout import AdaWorker
+
+    manager = load_class_from_fqn(MANAGER_CLASS, "AgentLoopManager")
+    assert issubclass(manager, AgentLoopManagerTQ)
+    assert issubclass(AdaWorker, AgentLoopWorkerTQ.__ray_actor_class__)
+    for method in ("ada_begin", "ada_generate", "ada_commit", "_agent_loop_postprocess"):
+        assert callable(getattr(AdaWorker, method))
+
+
+def test_entry_module_runs_verls_hydra_main_with_our_overrides() -> None:
+    overrides = build_overrides(cell(method="est"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "repro.verl_plugin.entry", "--cfg", "job", *overrides],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    job = OmegaConf.create(proc.stdout)
+    assert job.algorithm.adv_estimator == "reinforce_ada" and job.algorithm.reinforce_ada.kind == "est"
+
+
+def test_dry_run_for_a_gpu_cell(tmp_path, capsys) -> None:
+    code = main(
+        [
+            "run",
+            "--model",
+            "qwen2.5-math-7b",
+            "--method",
+            "seq-pos",
+            "--runs-root",
+            str(tmp_path),
+            "--train-file",
+            "/d/t.parquet",
+            "--val-file",
+            "/d/v.parquet",
+            "--set",
+            "trainer.save_freq=25",
+            "--dry-run",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    command = next(line for line in out.splitlines() if line.startswith("python -m repro.verl_plugin.entry"))
+    assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-Math-7B" in command and "trainer.save_freq=25" in command
+    assert "data.train_files=/d/t.parquet" in command
+    assert "+algorithm.reinforce_ada.exit_rule=pos" in command
+    resolved = OmegaConf.create(out.split("validate_config passed):\n", 1)[1])
+    assert resolved.trainer.save_freq == 25 and resolved.actor_rollout_ref.rollout.tensor_model_parallel_size == 2
+    assert not any(tmp_path.iterdir())
+
+
+def test_gpu_run_without_gpu_is_one_clear_line(tmp_path, capsys) -> None:
+    assert main(["run", "--model", "qwen2.5-math-1.5b", "--method", "grpo-n4", "--runs-root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "needs CUDA GPUs" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("backbones: [qwen2.5-math-1.5b\nmethods: [", "malformed YAML"),
+        ("backbones: [gpt-5]\nmethods: [grpo-n4]\nprompt_sets: [standard]", "unknown backbone 'gpt-5'"),
+        ("backbones: [qwen2.5-math-1.5b]\nmethods: [grpo-n4]\nprompt_sets: [standard]\nfoo: 1", "unknown keys"),
+        ("backbones: [qwen2.5-math-1.5b]\nmethods: []\nprompt_sets: [standard]", "non-empty list"),
+    ],
+)
+def test_bad_sweep_files(tmp_path, text: str, fragment: str) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    with pytest.raises(ReproError, match=fragment):
+        load_sweep(path)
+
+
+def test_sweep_cells_are_the_product() -> None:
+    sweep = load_sweep(ROOT / "sweeps" / "paper.yaml")
+    cells = sweep.cells()
+    assert len({(c.backbone, c.method) for c in cells}) == 28
+    assert json.dumps(sorted({c.method for c in cells})) == json.dumps(
+        sorted(["grpo-n4", "grpo-n8", "grpo-n16", "dapo", "seq-pos", "seq-balance", "est"])
+    )
