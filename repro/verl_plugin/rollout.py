@@ -17,6 +17,7 @@ only; the loop it drives (`ada_loop`) and the estimator are tested on CPU agains
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import logging
 from pathlib import Path
@@ -126,7 +127,9 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
     def generate_sequences(self, prompts: TensorDict) -> None:
         if "validate" in prompts and bool(prompts["validate"]):
             return super().generate_sequences(prompts)
-        return asyncio.run(self._generate_adaptive(prompts))
+        # a private event loop in a helper thread: works whether or not verl's caller already runs a loop
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(asyncio.run, self._generate_adaptive(prompts)).result()
 
     async def _generate_adaptive(self, prompts: TensorDict) -> None:
         rows = batch_rows(prompts)
