@@ -23,7 +23,7 @@ from repro.tasks.tiny_arith import data_folder, ensure_data
 
 
 def measure(method: str, steps: int, root: Path) -> dict[str, float]:
-    reward._judge.cache_clear()  # methods share seeds, hence responses: a warm cache would flatter later ones
+    reward.clear_cache()  # methods share seeds, hence responses: a warm cache would flatter later ones
     config = build_cpu_config("tiny-arith", method, "standard", 0, steps, None)
     config.model["path"] = str(model_folder(TinyModelSpec()))
     config.data["folder"] = str(data_folder(0))

@@ -7,7 +7,7 @@ import sys
 import typer
 from typer._click import exceptions as click_exc  # typer 0.29 raises its own copy of click's errors
 
-from repro import catalog_commands, run_commands, simulate_commands
+from repro import catalog_commands, data_commands, eval_commands, run_commands, simulate_commands
 from repro.errors import ReproError
 
 app = typer.Typer(
@@ -28,6 +28,8 @@ app = typer.Typer(
     rich_markup_mode="markdown",
 )
 app.command("run")(run_commands.run)
+app.command("eval")(eval_commands.eval_cmd)
+app.add_typer(data_commands.app, name="data")
 app.command("models")(catalog_commands.models)
 app.command("methods")(catalog_commands.methods)
 app.add_typer(simulate_commands.app, name="simulate")

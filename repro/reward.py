@@ -7,6 +7,7 @@ never raised: one odd response must not stop a run.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from functools import lru_cache
 
@@ -29,27 +30,54 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
 @lru_cache(maxsize=4096)
-def _gold(ground_truth: str):
+def _gold(ground_truth: str, seconds: int | None = 5):
     from math_verify import LatexExtractionConfig, parse
 
-    return parse(f"\\boxed{{{ground_truth}}}", extraction_config=[LatexExtractionConfig()])
+    return parse(f"\\boxed{{{ground_truth}}}", extraction_config=[LatexExtractionConfig()], parsing_timeout=seconds)
 
 
-@lru_cache(maxsize=200_000)
-def _judge(prediction: str, ground_truth: str) -> tuple[float, str]:
+_CACHE: dict[tuple[str, str], tuple[float, str]] = {}
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+    _gold.cache_clear()
+
+
+def _judge(prediction: str, ground_truth: str, *, timeout: int = 5, use_cache: bool = True) -> tuple[float, str]:
+    """math-verify's verdict, memoised. Its timeouts use SIGALRM, which exists only in the main thread;
+    elsewhere (verl runs reward functions in executor threads) they are switched off rather than letting
+    every call fail. Errors are not memoised, so a transient failure cannot stick to an answer."""
+    key = (prediction, ground_truth)
+    if use_cache and key in _CACHE:
+        return _CACHE[key]
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
+    seconds = timeout if _in_main_thread() else None
     try:
-        gold = _gold(ground_truth)
-        pred = parse(f"\\boxed{{{prediction}}}", extraction_config=[ExprExtractionConfig(), LatexExtractionConfig()])
+        gold = _gold(ground_truth, seconds)
+        pred = parse(
+            f"\\boxed{{{prediction}}}",
+            extraction_config=[ExprExtractionConfig(), LatexExtractionConfig()],
+            parsing_timeout=seconds,
+        )
         if not pred:
-            return 0.0, "parse_failed"
-        return (1.0, "correct") if verify(gold, pred) else (0.0, "wrong")
+            result = (0.0, "parse_failed")
+        else:
+            ok = verify(gold, pred, timeout_seconds=seconds)
+            result = (1.0, "correct") if ok else (0.0, "wrong")
     except TimeoutError:
         return 0.0, "timeout"
     except Exception:  # math-verify/sympy raise many types on odd input; the response simply scores 0
         return 0.0, "error"
+    if use_cache and len(_CACHE) < 500_000:
+        _CACHE[key] = result
+    return result
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None) -> float:

@@ -167,14 +167,26 @@ def run(
 def _train(config, path: Path, overwrite: bool) -> None:
     from repro.local.model import TinyModelSpec, ensure_tiny_model, model_folder
     from repro.local.trainer import CpuTrainer
+    from repro.paths import repro_home
     from repro.tasks.tiny_arith import data_folder, ensure_data
 
     err = stderr_console()
+    note = None
     spec = TinyModelSpec()
     config.model["path"] = str(model_folder(spec))
-    config.data["folder"] = str(data_folder(config.data["data_seed"]))
+    filtered = repro_home() / "data" / f"{config.backbone}-{config.prompt_set}"
+    if (filtered / "train.parquet").exists():
+        config.data.update(folder=str(filtered), filtered=True, note="filtered by `repro data filter`")
+    else:
+        config.data["folder"] = str(data_folder(config.data["data_seed"]))
+        note = (
+            f"note: no filtered {config.prompt_set} set in {filtered}; training on the whole pool "
+            "(`repro data filter` builds it)"
+        )
     # validate the run folder before spending a minute building anything
     rundir = RunDir.prepare(path, config.to_dict(), ["repro", *sys.argv[1:]], overwrite=overwrite)
+    if note:
+        err.print(note)
     ensure_data(config.data["data_seed"])
     if not (Path(config.model["path"]) / "COMPLETE").exists():
         with Progress(

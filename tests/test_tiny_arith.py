@@ -142,3 +142,16 @@ def test_model_folder_loads_with_auto_classes(tiny_home) -> None:
     probe = build["pass_rate_probe"]
     assert probe["zero"] + probe["one"] + probe["strictly_between"] == pytest.approx(1.0)
     assert sum(build["histogram"]) == probe["problems"]
+
+
+def test_reward_works_off_the_main_thread() -> None:
+    """verl calls reward functions from executor threads, where math-verify's SIGALRM timeouts cannot run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from repro import reward
+
+    reward.clear_cache()
+    with ThreadPoolExecutor(2) as pool:
+        scores = list(pool.map(lambda a: compute_score("x", f"\\boxed{{{a}}}", "12"), ["12", "13", "24/2"]))
+    assert scores == [1.0, 0.0, 1.0]
+    assert compute_score("x", "\\boxed{12}", "12") == 1.0  # and nothing wrong was memoised

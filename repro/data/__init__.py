@@ -1,0 +1,1 @@
+"""Training data: loading, clean-up, base-model difficulty filtering, verl Parquet."""

@@ -1,0 +1,168 @@
+"""`repro data filter`: build a backbone's training set the way the paper did."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from repro import catalog
+from repro.console import stderr_console, stdout_console
+from repro.errors import ReproError
+
+app = typer.Typer(
+    help="Training data: filter prompts by the base model's pass rate.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+
+
+def prompt_set_for(pass_rate: float) -> str:
+    for name, entry in catalog.prompt_sets().items():
+        if abs(entry.pass_rate - pass_rate) < 1e-9:
+            return name
+    return f"pass{pass_rate:g}"
+
+
+@app.command("filter")
+def filter_cmd(
+    model: Annotated[
+        str, typer.Option("--model", help="Base model whose pass rates decide (see `repro models`).")
+    ] = "tiny-arith",
+    base_samples: Annotated[int, typer.Option("--base-samples", min=1, help="Samples per prompt.")] = 16,
+    pass_rate: Annotated[
+        float, typer.Option("--pass-rate", help="Keep 0 < pass rate <= this: 0.3125 standard, 0.125 hard.")
+    ] = 0.3125,
+    source: Annotated[str, typer.Option("--source", help="openr1 (default for real models) or tiny-arith.")] = "",
+    input_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--input", help="Local JSONL/Parquet (problem, answer[, solution]) or a released pre-filtered verl Parquet."
+        ),
+    ] = None,
+    val_size: Annotated[int, typer.Option("--val-size", min=0, help="Prompts held out for validation.")] = 200,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Only the first N candidates (trial runs).")
+    ] = None,
+    backend: Annotated[str, typer.Option("--backend", help="auto, transformers (CPU) or vllm (GPU).")] = "auto",
+    seed: Annotated[int, typer.Option("--seed", help="Sampling and split seed.")] = 0,
+    out: Annotated[Path | None, typer.Option("--out", help="Default: $REPRO_HOME/data/<model>-<prompt set>.")] = None,
+) -> None:
+    """Sample the base model `--base-samples` times per prompt and keep 0 < pass rate <= `--pass-rate`.
+
+    Writes `train.parquet`, `val.parquet` (verl format), `samples.jsonl` (per-prompt correct counts; a rerun
+    resumes from it) and `summary.json` (counts at each stage, pass-count histogram) into the output folder,
+    which `repro run` then reads for that backbone and prompt set.
+
+    Examples:
+
+      repro data filter --base-samples 16                     # tiny-arith, standard set
+
+      repro data filter --base-samples 16 --pass-rate 0.125   # the hard set
+
+      repro data filter --model qwen2.5-math-1.5b --input openr1_default.parquet --backend vllm
+
+      repro data filter --model qwen2.5-math-7b --input reinforce_ada_7b_train.parquet   # a released set
+    """
+    from repro.data import filter as flt
+    from repro.evaluation.generation import make_generator
+    from repro.paths import repro_home
+
+    backbone = catalog.get_backbone(model)
+    if not 0 < pass_rate <= 1:
+        raise ReproError(f"--pass-rate must be in (0, 1], got {pass_rate}")
+    source = source or ("tiny-arith" if model == "tiny-arith" else "openr1")
+    name = prompt_set_for(pass_rate)
+    out_dir = out or repro_home() / "data" / f"{model}-{name}"
+    started = time.perf_counter()
+    rows, prefiltered = flt.load_candidates(source, input_file)
+    stages = {"loaded": len(rows)}
+    rows = flt.dedupe(rows)
+    stages["after_dedupe"] = len(rows)
+    if limit:
+        rows = rows[:limit]
+        stages["after_limit"] = len(rows)
+    err = stderr_console()
+    if prefiltered:
+        kept, counts = rows, {}
+        stages["prefiltered_input"] = len(rows)
+    else:
+        rows = [r for r in rows if flt.reference_verifies(r)]
+        stages["reference_verifies"] = len(rows)
+        model_path = _model_path(model, backbone)
+        import torch
+
+        chosen = backend if backend != "auto" else ("vllm" if torch.cuda.is_available() else "transformers")
+        generator = make_generator(chosen, model_path, 16 if model == "tiny-arith" else 4096)
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=err,
+            transient=True,
+        ) as progress:
+            task = progress.add_task(f"sampling {model} x{base_samples} per prompt", total=len(rows))
+            counts = flt.sample_pass_counts(
+                rows,
+                generator.generate,
+                base_samples,
+                seed,
+                out_dir / "samples.jsonl",
+                on_done=lambda n: progress.advance(task, n),
+            )
+        limit_correct = pass_rate * base_samples
+        kept = [r for r in rows if 0 < counts[r.key] <= limit_correct + 1e-9]
+        stages["all_wrong_dropped"] = sum(1 for r in rows if counts[r.key] == 0)
+        stages["too_easy_dropped"] = sum(1 for r in rows if counts[r.key] > limit_correct + 1e-9)
+        stages["kept"] = len(kept)
+    if not kept:
+        raise ReproError(f"no prompt has 0 < pass rate <= {pass_rate}; raise --pass-rate or use more prompts")
+    tokenizer = _tokenizer(model, backbone)
+    split = flt.write_split(
+        kept,
+        out_dir,
+        min(val_size, len(kept) // 10),
+        seed,
+        700,
+        lambda text: len(tokenizer(text)["input_ids"]) if tokenizer else 0,
+    )
+    summary = {
+        "model": model,
+        "source": source,
+        "input": str(input_file) if input_file else None,
+        "base_samples": base_samples,
+        "pass_rate": pass_rate,
+        "prompt_set": name,
+        "stages": stages,
+        "split": split,
+        "pass_count_histogram": flt.histogram(counts, base_samples) if counts else None,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    flt.write_summary(out_dir, summary)
+    console = stdout_console()
+    console.print(f"wrote {out_dir}: train {split['train']}, val {split['val']} ({summary['seconds']}s)")
+    console.print("stages: " + ", ".join(f"{k}={v}" for k, v in stages.items()))
+    if counts:
+        console.print(f"correct-out-of-{base_samples} histogram: {summary['pass_count_histogram']}")
+
+
+def _model_path(model: str, backbone) -> Path:
+    if model == "tiny-arith":
+        from repro.local.model import ensure_tiny_model
+
+        return ensure_tiny_model()
+    return Path(backbone.hf_id)
+
+
+def _tokenizer(model: str, backbone):
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(_model_path(model, backbone))
+    except Exception:
+        return None

@@ -1,0 +1,1 @@
+"""Evaluation: grading sampled responses against reference answers (PROTOCOL.md "Evaluation: Ave@32")."""

@@ -1,0 +1,164 @@
+"""`repro eval`: sample k responses per problem, grade them, write one record per response, summarise.
+
+Records (`<eval dir>/<benchmark>.jsonl`: problem id, sample index, response, extracted answer, score,
+grading outcome) are appended problem by problem, so scores can be recomputed without regenerating, and
+an interrupted evaluation resumes where it stopped: problems that already have all k records are
+skipped, a torn last line is ignored and regenerated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from repro.atomic import write_text
+from repro.errors import ReproError
+from repro.evaluation import benchmarks as bench
+from repro.reward import last_boxed
+
+
+@dataclass(frozen=True)
+class EvalTarget:
+    model_path: Path
+    out_dir: Path
+    label: str
+    tiny: bool
+
+
+def _checkpoint_model(folder: Path) -> Path | None:
+    for candidate in (folder / "model", folder / "actor" / "huggingface", folder):
+        if (candidate / "config.json").exists():
+            return candidate
+    return None
+
+
+def targets(path: Path, all_checkpoints: bool, out: Path | None = None) -> list[EvalTarget]:
+    """A run folder (its final checkpoint, or every kept one) or a model folder."""
+    path = Path(path)
+    if (path / "status.json").exists():
+        from repro.rundir import RunDir
+
+        run = RunDir(path)
+        tiny = "tiny-arith" in path.name or (run.config().get("backbone") == "tiny-arith")
+        steps = sorted(
+            int(p.name.removeprefix("global_step_"))
+            for p in (path / "checkpoints").glob("global_step_*")
+            if p.name.removeprefix("global_step_").isdigit()
+        )
+        if not steps:
+            raise ReproError(f"{path} has no checkpoints yet; train it first (`repro run ...`)")
+        chosen = steps if all_checkpoints else [steps[-1]]
+        out_root = out or path / "eval"
+        found = []
+        for step in chosen:
+            model = _checkpoint_model(path / "checkpoints" / f"global_step_{step}")
+            if model is None:
+                raise ReproError(f"checkpoint global_step_{step} of {path} holds no Hugging Face model folder")
+            found.append(EvalTarget(model, out_root / f"global_step_{step}", f"step {step}", tiny))
+        return found
+    if (path / "config.json").exists():
+        tiny = (path / "repro_build.json").exists()
+        return [EvalTarget(path, out or path / "eval", path.name, tiny)]
+    raise ReproError(f"{path} is neither a run folder (status.json) nor a model folder (config.json)")
+
+
+def read_records(path: Path) -> tuple[list[dict], int]:
+    """Valid records and the number of unreadable lines (a torn tail after a kill, typically)."""
+    if not path.exists():
+        return [], 0
+    good, bad = [], 0
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+            if {"problem_id", "sample_index", "score"} <= set(record):
+                good.append(record)
+                continue
+        except json.JSONDecodeError:
+            pass
+        bad += 1
+    return good, bad
+
+
+def _repair(path: Path) -> None:
+    """Drop a torn final line so appended records start on a fresh line."""
+    if path.exists():
+        data = path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            with open(path, "r+b") as handle:
+                handle.truncate(cut)
+
+
+def evaluate_benchmark(
+    problems: list[bench.Problem],
+    k: int,
+    generator,
+    grader,
+    out_file: Path,
+    seed: int,
+    chunk: int = 16,
+    on_problems: Callable[[int], None] | None = None,
+) -> list[dict]:
+    records, _ = read_records(out_file)
+    by_problem: dict[str, set[int]] = {}
+    for r in records:
+        by_problem.setdefault(str(r["problem_id"]), set()).add(int(r["sample_index"]))
+    done = {pid for pid, samples in by_problem.items() if samples >= set(range(k))}
+    records = [r for r in records if str(r["problem_id"]) in done]  # partial problems are redone whole
+    todo = [p for p in problems if p.problem_id not in done]
+    if on_problems and len(problems) - len(todo):
+        on_problems(len(problems) - len(todo))
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    _repair(out_file)
+    with open(out_file, "a") as handle:
+        for start in range(0, len(todo), chunk):
+            batch = todo[start : start + chunk]
+            texts = generator.generate([p.problem for p in batch], k, seed=seed * 1_000_003 + start)
+            pairs = [(t, p.answer) for p, group in zip(batch, texts, strict=True) for t in group]
+            grades = grader.grade_many(pairs)
+            lines = []
+            for i, (problem, group) in enumerate(zip(batch, texts, strict=True)):
+                for j, text in enumerate(group):
+                    g = grades[i * k + j]
+                    record = {
+                        "benchmark": problem.benchmark,
+                        "problem_id": problem.problem_id,
+                        "sample_index": j,
+                        "response": text,
+                        "extracted": last_boxed(text),
+                        "score": g.score,
+                        "outcome": g.outcome,
+                    }
+                    records.append(record)
+                    lines.append(json.dumps(record))
+            handle.write("\n".join(lines) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+            if on_problems:
+                on_problems(len(batch))
+    return records
+
+
+def summarise(
+    records_by_benchmark: dict[str, list[dict]],
+    k: int,
+    pass_ks: Iterable[int],
+    tiny: bool,
+    grading_counts: dict[str, int],
+) -> dict:
+    from repro.evaluation.metrics import summarize
+
+    sizes = {name: bench.expected_size(name) for name in records_by_benchmark}
+    flat = [r for records in records_by_benchmark.values() for r in records]
+    summary = summarize(flat, ks=[x for x in pass_ks if x <= k], sizes=sizes)
+    summary["k"] = k
+    summary["grading"] = dict(grading_counts)
+    summary["weights"] = sizes
+    return summary
+
+
+def write_summary(out_dir: Path, summary: dict) -> Path:
+    return write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
