@@ -31,3 +31,27 @@ def tiny_home(tmp_path_factory) -> Path:
 def tiny_env(tiny_home, monkeypatch) -> dict[str, str]:
     monkeypatch.setenv("REPRO_HOME", str(tiny_home))
     return {**os.environ, "REPRO_HOME": str(tiny_home)}
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tiny_home, tmp_path_factory) -> Path:
+    """A runs root holding three real tiny-arith runs (grpo-n4, seq-balance, est; 4 steps of 8 prompts),
+    each evaluated with k=4 on two tiers: what `repro collect`, tables and plots read."""
+    from repro.cli import main
+
+    root = tmp_path_factory.mktemp("runs")
+    old = os.environ.get("REPRO_HOME")
+    os.environ["REPRO_HOME"] = str(tiny_home)
+    try:
+        for method in ("grpo-n4", "seq-balance", "est"):
+            assert main(["run", "--model", "tiny-arith", "--method", method, "--steps", "4", "--batch", "8",
+                         "--runs-root", str(root)]) == 0
+            run = root / f"tiny-arith__{method}__standard__s0"
+            assert main(["eval", str(run), "--benchmarks", "tiny-minerva,tiny-aime", "--k", "4",
+                         "--pass-k", "1,2,4"]) == 0
+    finally:
+        if old is None:
+            os.environ.pop("REPRO_HOME", None)
+        else:
+            os.environ["REPRO_HOME"] = old
+    return root

@@ -1,0 +1,1 @@
+"""Results, tables and figures: run folders -> results/ -> paper-style tables and plots."""

@@ -1,0 +1,18 @@
+"""The tidy tables `repro collect` writes to results/, shared by collect, tables and plots.
+
+- runs:     one row per run folder: RUN_KEYS + state, steps_logged, corrupt_lines, duplicate_steps,
+            metrics_files, path.
+- training: one row per run x step: RUN_KEYS + "step" + one column per logged metric, named exactly as
+            logged (verl names such as "critic/rewards/mean", "actor/entropy", "timing_s/step", and the
+            sampler's "sampler/...", "dapo/...", "est/...").
+- eval:     one row per run x checkpoint step x benchmark: RUN_KEYS + "checkpoint_step", "benchmark",
+            "problems", "k", "ave_at_k", and "pass@<k>" columns; plus a row with benchmark
+            WEIGHTED_AVERAGE per run x checkpoint (problems = total, ave_at_k = the weighted average).
+Accuracies are fractions in [0, 1]; tables multiply by 100 to sit beside the paper's percentages.
+Every table is written as results/<name>.parquet (for machines) and results/<name>.csv (for people).
+"""
+
+RUN_KEYS = ("run", "backbone", "method", "prompt_set", "seed")
+TABLES = ("runs", "training", "eval")
+WEIGHTED_AVERAGE = "weighted_average"
+DEFAULT_RESULTS = "results"
