@@ -7,7 +7,16 @@ import sys
 import typer
 from typer._click import exceptions as click_exc  # typer 0.29 raises its own copy of click's errors
 
-from repro import catalog_commands, data_commands, eval_commands, run_commands, simulate_commands
+from repro import (
+    catalog_commands,
+    collect_commands,
+    data_commands,
+    eval_commands,
+    plot_commands,
+    run_commands,
+    simulate_commands,
+    table_commands,
+)
 from repro.errors import ReproError
 
 app = typer.Typer(
@@ -30,6 +39,9 @@ app = typer.Typer(
 app.command("run")(run_commands.run)
 app.command("eval")(eval_commands.eval_cmd)
 app.add_typer(data_commands.app, name="data")
+app.command("collect")(collect_commands.collect)
+app.add_typer(table_commands.app, name="table")
+app.add_typer(plot_commands.app, name="plot")
 app.command("models")(catalog_commands.models)
 app.command("methods")(catalog_commands.methods)
 app.add_typer(simulate_commands.app, name="simulate")

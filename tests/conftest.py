@@ -44,11 +44,28 @@ def tiny_runs(tiny_home, tmp_path_factory) -> Path:
     os.environ["REPRO_HOME"] = str(tiny_home)
     try:
         for method in ("grpo-n4", "seq-balance", "est"):
-            assert main(["run", "--model", "tiny-arith", "--method", method, "--steps", "4", "--batch", "8",
-                         "--runs-root", str(root)]) == 0
+            assert (
+                main(
+                    [
+                        "run",
+                        "--model",
+                        "tiny-arith",
+                        "--method",
+                        method,
+                        "--steps",
+                        "4",
+                        "--batch",
+                        "8",
+                        "--runs-root",
+                        str(root),
+                    ]
+                )
+                == 0
+            )
             run = root / f"tiny-arith__{method}__standard__s0"
-            assert main(["eval", str(run), "--benchmarks", "tiny-minerva,tiny-aime", "--k", "4",
-                         "--pass-k", "1,2,4"]) == 0
+            assert (
+                main(["eval", str(run), "--benchmarks", "tiny-minerva,tiny-aime", "--k", "4", "--pass-k", "1,2,4"]) == 0
+            )
     finally:
         if old is None:
             os.environ.pop("REPRO_HOME", None)

@@ -1,0 +1,193 @@
+"""`repro plot ...`: the paper's figures from results/ (written by `repro collect`) as PNG + PDF."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import pandas as pd
+import typer
+
+from repro.console import stdout_console
+from repro.errors import ReproError
+from repro.report.schema import DEFAULT_RESULTS
+
+app = typer.Typer(
+    help=(
+        "The paper's figures from results/ (run `repro collect` first), written as PNG (150 dpi) and PDF.\n\n"
+        "Each figure draws whatever part of the grid exists and prints what it lacks.\n\n"
+        "Examples:\n\n"
+        "  repro collect && repro plot reward-curve\n\n"
+        "  repro plot step-time --no-paper\n\n"
+        "  repro plot signal-loss --runs-root runs"
+    ),
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+
+ResultsOpt = Annotated[
+    Path, typer.Option("--results", help="Folder of the tables `repro collect` wrote.", show_default=True)
+]
+RunsRootOpt = Annotated[
+    Path, typer.Option("--runs-root", help="Runs root whose eval records (eval/global_step_*/*.jsonl) are read.")
+]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out", help="Output path without suffix; .png and .pdf are written. Default: <results>/figures/<name>."
+    ),
+]
+WindowOpt = Annotated[int, typer.Option("--window", min=1, help="Moving-average window in training steps.")]
+
+
+def _table(results: Path, name: str) -> pd.DataFrame:
+    """One table of results/; a missing folder or table is the user's to fix (run `repro collect`)."""
+    if not results.is_dir():
+        raise ReproError(f"no results in {results}; run `repro collect` first")
+    from repro.report.collect import read_results
+
+    return read_results(results)[name]
+
+
+def _finish(fig, missing: list[str], results: Path, out: Path | None, name: str) -> None:
+    from repro.report.style import save
+
+    paths = save(fig, out if out is not None else results / "figures" / name)
+    console = stdout_console()
+    for path in paths:
+        console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+    if missing:
+        console.print(f"not in this figure ({len(missing)}):", highlight=False)
+        for line in missing:
+            console.print(f"  - {line}", highlight=False, soft_wrap=True)
+
+
+@app.command("reward-curve")
+def reward_curve_cmd(
+    results: ResultsOpt = Path(DEFAULT_RESULTS),
+    out: OutOpt = None,
+    window: WindowOpt = 20,
+    metric: Annotated[
+        str, typer.Option("--metric", help="Training metric on the y axis, named as logged.")
+    ] = "critic/rewards/mean",
+) -> None:
+    """Training reward against step, a moving average, one panel per backbone (Figures 2 and 6).
+
+    One line per method x prompt set, seeds averaged; hard and standard runs of one method share a colour
+    and differ in line style.
+
+    Examples:
+
+      repro plot reward-curve
+
+      repro plot reward-curve --window 50 --metric sampler/pool_reward_mean --out figs/reward
+    """
+    from repro.report import plots
+
+    fig, missing = plots.reward_curve(_table(results, "training"), metric=metric, window=window)
+    _finish(fig, missing, results, out, "reward-curve")
+
+
+@app.command("reward-entropy")
+def reward_entropy_cmd(results: ResultsOpt = Path(DEFAULT_RESULTS), out: OutOpt = None, window: WindowOpt = 20) -> None:
+    """The reward-entropy frontier: smoothed reward against smoothed policy entropy, one line per method.
+
+    Examples:
+
+      repro plot reward-entropy
+
+      repro plot reward-entropy --window 10
+    """
+    from repro.report import plots
+
+    fig, missing = plots.reward_entropy(_table(results, "training"), window=window)
+    _finish(fig, missing, results, out, "reward-entropy")
+
+
+@app.command("step-time")
+def step_time_cmd(
+    results: ResultsOpt = Path(DEFAULT_RESULTS),
+    out: OutOpt = None,
+    paper: Annotated[bool, typer.Option("--paper/--no-paper", help="Show the paper's Table 2 bars beside.")] = True,
+) -> None:
+    """Mean wall-clock seconds per step per method (step 1 excluded), labelled with the cost relative to
+    grpo-n4; the paper's Table 2 (8xH100) as hatched bars beside.
+
+    Examples:
+
+      repro plot step-time
+
+      repro plot step-time --no-paper --out figs/step-time
+    """
+    from repro.report import plots
+
+    fig, missing = plots.step_time(_table(results, "training"), paper=paper)
+    _finish(fig, missing, results, out, "step-time")
+
+
+@app.command("sampling")
+def sampling_cmd(results: ResultsOpt = Path(DEFAULT_RESULTS), out: OutOpt = None, window: WindowOpt = 20) -> None:
+    """Sampling dynamics of the Seq methods (Figure 5): additional samples per step; prompts still active
+    after all rounds (missing positive / missing negative); prompts resolved within 2 rounds.
+
+    Examples:
+
+      repro plot sampling
+
+      repro plot sampling --window 5
+    """
+    from repro.report import plots
+
+    fig, missing = plots.sampling(_table(results, "training"), window=window)
+    _finish(fig, missing, results, out, "sampling")
+
+
+@app.command("passk")
+def passk_cmd(
+    results: ResultsOpt = Path(DEFAULT_RESULTS),
+    runs_root: RunsRootOpt = Path("runs"),
+    out: OutOpt = None,
+) -> None:
+    """pass@k of each run's final checkpoint against k (log2 axis), benchmark-weighted when available.
+
+    Where a run's eval records are under --runs-root, pass@k is recomputed from them at every power of
+    two up to the samples per problem; otherwise the ks of the eval summaries are drawn.
+
+    Examples:
+
+      repro plot passk
+
+      repro plot passk --runs-root /data/runs --out figs/passk
+    """
+    from repro.report import plots
+
+    eval_df = _table(results, "eval")
+    fig, missing = plots.passk(eval_df, runs_root=runs_root if runs_root.is_dir() else None)
+    if not runs_root.is_dir():
+        missing.append(f"no runs root {runs_root}: pass@k only at the ks of the eval summaries")
+    _finish(fig, missing, results, out, "passk")
+
+
+@app.command("signal-loss")
+def signal_loss_cmd(
+    results: ResultsOpt = Path(DEFAULT_RESULTS),
+    runs_root: RunsRootOpt = Path("runs"),
+    out: OutOpt = None,
+    max_n: Annotated[int, typer.Option("--max-n", min=1, help="Largest group size of the simulated curve.")] = 256,
+) -> None:
+    """Share of all-correct and all-wrong groups against group size n (Figure 2), from each run's final eval
+    records under --runs-root; simulated from the paper's pass@1/pass@256 when there are none. The paper's
+    reported points are marked.
+
+    Needs no results/ folder: --results only sets the default output folder.
+
+    Examples:
+
+      repro plot signal-loss
+
+      repro plot signal-loss --runs-root /data/runs/qwen2.5-math-1.5b__seq-balance__standard__s0
+    """
+    from repro.report import plots
+
+    fig, missing = plots.signal_loss(runs_root, max_n=max_n)
+    _finish(fig, missing, results, out, "signal-loss")

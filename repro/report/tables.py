@@ -1,0 +1,507 @@
+"""Paper-style tables from the tidy results (schema.py) beside the paper's numbers (paper.py).
+
+Three builders return one DataFrame each, ready for any renderer:
+
+- `weighted_average_table`: Table 1, Ave@k per benchmark and the weighted average, measured beside the
+  paper, with the delta to the paper and to the same backbone and prompt set's GRPO-n4.
+- `step_time_table`: Table 2, seconds per training step and the cost relative to GRPO-n4.
+- `sampling_table`: what the samplers did per step (responses, signal and zero-variance shares, Seq's
+  unresolved prompts, additional samples).
+
+Accuracies and shares are percentages (x100, one decimal) so they sit beside the paper's. A cell
+without a run is missing (NaN), never zero; every renderer prints it as "—" (LaTeX: "--"). Column
+names say where a number comes from: "... measured" and "... paper". `missing_measured` lists the rows
+a table holds without any measured number.
+
+Renderers: `to_markdown`, `to_latex` (booktabs, written by hand), `to_csv` and `to_rich`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Sequence
+
+import pandas as pd
+
+from repro import paper
+from repro.errors import ReproError
+from repro.report.schema import RUN_KEYS, WEIGHTED_AVERAGE
+
+__all__ = [
+    "GROUP_KEYS",
+    "MISSING",
+    "MISSING_LATEX",
+    "REFERENCE_METHOD",
+    "SAMPLING_COLUMNS",
+    "latex_escape",
+    "missing_measured",
+    "row_label",
+    "sampling_table",
+    "step_time_table",
+    "to_csv",
+    "to_latex",
+    "to_markdown",
+    "to_rich",
+    "weighted_average_table",
+]
+
+GROUP_KEYS = ("backbone", "prompt_set", "method")
+REFERENCE_METHOD = "grpo-n4"
+MISSING = "—"
+MISSING_LATEX = "--"
+
+WEIGHTED_MEASURED = "weighted measured"
+WEIGHTED_PAPER = "weighted paper"
+DELTA_PAPER = "delta paper"
+DELTA_REFERENCE = f"delta {REFERENCE_METHOD}"
+STEP_TIMING = "timing_s/step"
+
+# builders record per-column decimals and the measured columns in DataFrame.attrs
+_DECIMALS = "decimals"
+_MEASURED = "measured"
+
+
+# ------------------------------------------------------------------------------------------ ordering
+
+
+def _order(kind: str) -> list[str]:
+    """The display order of backbones, methods, prompt sets and benchmarks: catalog order first."""
+    from repro import catalog
+
+    if kind == "backbone":
+        return list(catalog.backbones())
+    if kind == "method":
+        return list(catalog.methods())
+    if kind == "prompt_set":
+        return list(catalog.prompt_sets())
+    if kind == "benchmark":
+        from repro.tasks.tiny_arith import TIERS
+
+        return [*paper.BENCHMARKS, *catalog.benchmarks(), *TIERS]
+    raise ValueError(kind)
+
+
+def _rank(values: Iterable[str], kind: str) -> dict[str, tuple[int, str]]:
+    known = {name: i for i, name in reversed(list(enumerate(_order(kind))))}
+    return {v: (known.get(v, len(known)), str(v)) for v in values}
+
+
+def _sort(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    if frame.empty:
+        return frame.reset_index(drop=True)
+    ranks = {k: _rank(frame[k].unique(), k) for k in keys}
+    return frame.sort_values(list(keys), key=lambda col: col.map(ranks[col.name])).reset_index(drop=True)
+
+
+def _sorted_benchmarks(names: Iterable[str]) -> list[str]:
+    names = set(names)
+    ranks = _rank(names, "benchmark")
+    return sorted(names, key=ranks.__getitem__)
+
+
+# ------------------------------------------------------------------------------------------ inputs
+
+
+def _require(frame: pd.DataFrame, columns: Iterable[str], table: str) -> None:
+    lacking = [c for c in columns if c not in frame.columns]
+    if lacking:
+        raise ReproError(f"the {table} table lacks column(s) {', '.join(lacking)}; rerun `repro collect`")
+
+
+def _select_checkpoint(eval_df: pd.DataFrame, checkpoint: str | int) -> pd.DataFrame:
+    steps = pd.to_numeric(eval_df["checkpoint_step"], errors="coerce")
+    if str(checkpoint) == "final":
+        return eval_df[steps == steps.groupby(eval_df["run"]).transform("max")]
+    try:
+        step = int(str(checkpoint))
+    except ValueError:
+        raise ReproError(f"checkpoint must be 'final' or a step number, got {checkpoint!r}") from None
+    return eval_df[steps == step]
+
+
+def _filter_prompt_set(frame: pd.DataFrame, prompt_set: str | None) -> pd.DataFrame:
+    if prompt_set is None or "prompt_set" not in frame.columns:
+        return frame
+    return frame[frame["prompt_set"] == prompt_set]
+
+
+def _percent(values: pd.Series | pd.DataFrame) -> pd.Series | pd.DataFrame:
+    return (values.astype(float) * 100).round(1)
+
+
+# ------------------------------------------------------------------------------- weighted average
+
+
+def _paper_rows(prompt_set: str | None) -> pd.DataFrame:
+    """Table 1 per benchmark, plus the methods the paper reports only as a weighted average."""
+    keys = list(GROUP_KEYS)
+    table1 = paper.table1()[[*keys, *paper.BENCHMARKS, "weighted_average"]]
+    summary = paper.weighted_averages()[[*keys, "weighted_average"]]
+    known = set(map(tuple, table1[keys].itertuples(index=False)))
+    extra = summary[[tuple(row) not in known for row in summary[keys].itertuples(index=False)]]
+    rows = pd.concat([table1, extra], ignore_index=True)
+    rows = rows.rename(columns={b: f"{b} paper" for b in paper.BENCHMARKS} | {"weighted_average": WEIGHTED_PAPER})
+    return _filter_prompt_set(rows, prompt_set)
+
+
+def _measured_rows(eval_df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Per (backbone, prompt_set, method): seeds averaged, in percent; and the benchmarks measured."""
+    keys = list(GROUP_KEYS)
+    if eval_df.empty:
+        return pd.DataFrame(columns=[*keys, "n_seeds", WEIGHTED_MEASURED]), []
+    frame = eval_df.assign(ave_at_k=pd.to_numeric(eval_df["ave_at_k"], errors="coerce"))
+    is_weighted = frame["benchmark"] == WEIGHTED_AVERAGE
+    bench = frame[~is_weighted]
+    per_run_bench = bench.groupby([*keys, "run", "benchmark"], sort=False)["ave_at_k"].mean()
+    benchmarks = _sorted_benchmarks(per_run_bench.index.get_level_values("benchmark").unique())
+
+    # the run's weighted average as collect wrote it; computed from its benchmarks where that row is absent
+    weighted = frame[is_weighted].groupby([*keys, "run"], sort=False)["ave_at_k"].mean()
+    if "problems" in bench.columns and not bench.empty:
+        sized = bench.assign(problems=pd.to_numeric(bench["problems"], errors="coerce"))
+        sized = sized.dropna(subset=["problems", "ave_at_k"])
+        sized = sized.assign(product=sized["ave_at_k"] * sized["problems"])
+        sums = sized.groupby([*keys, "run"], sort=False)[["product", "problems"]].sum()
+        computed = sums["product"] / sums["problems"]
+        weighted = weighted.combine_first(computed)
+
+    runs = frame.groupby(keys, sort=False)["run"].nunique().rename("n_seeds")
+    by_bench = per_run_bench.groupby([*keys, "benchmark"]).mean().unstack("benchmark")
+    by_bench = by_bench.reindex(columns=benchmarks).rename(columns=lambda b: f"{b} measured")
+    out = pd.concat([runs, by_bench, weighted.groupby(keys).mean().rename(WEIGHTED_MEASURED)], axis=1)
+    measured = [c for c in out.columns if c != "n_seeds"]
+    out[measured] = _percent(out[measured])
+    out.columns.name = None
+    return out.reset_index(), benchmarks
+
+
+def weighted_average_table(
+    eval_df: pd.DataFrame | None,
+    prompt_set: str | None = None,
+    checkpoint: str | int = "final",
+    *,
+    measured_only: bool = False,
+) -> pd.DataFrame:
+    """Table 1: one row per (backbone, prompt_set, method) over the paper's rows and the measured runs.
+
+    Columns: the keys, `n_seeds` (measured runs averaged), per benchmark "<b> measured" and "<b> paper"
+    (only for benchmarks some row has), "weighted measured", "weighted paper", "delta paper" (measured -
+    paper) and "delta grpo-n4" (measured - the same backbone and prompt set's measured GRPO-n4), all in
+    percent with one decimal. Deltas are taken between the one-decimal values shown, and only between
+    like for like: "delta paper" needs all four paper benchmarks measured, "delta grpo-n4" the same
+    benchmarks measured in both rows. `checkpoint` is "final" (each run's highest evaluated step) or a
+    step number. `measured_only` drops the paper's rows that no run measured.
+    """
+    keys = list(GROUP_KEYS)
+    if eval_df is None:
+        eval_df = pd.DataFrame(columns=[*RUN_KEYS, "checkpoint_step", "benchmark", "problems", "k", "ave_at_k"])
+    _require(eval_df, [*RUN_KEYS, "checkpoint_step", "benchmark", "ave_at_k"], "eval")
+    selected = _filter_prompt_set(_select_checkpoint(eval_df, checkpoint), prompt_set)
+    measured, measured_benchmarks = _measured_rows(selected)
+    paper_rows = _paper_rows(prompt_set)
+    if measured_only:
+        paper_rows = paper_rows.merge(measured[keys], on=keys, how="inner")
+    table = paper_rows.merge(measured, on=keys, how="outer") if not paper_rows.empty else measured.copy()
+    for column in (WEIGHTED_MEASURED, WEIGHTED_PAPER):
+        if column not in table.columns:
+            table[column] = math.nan
+    table["n_seeds"] = pd.array(table["n_seeds"], dtype="Int64")
+
+    columns = [*keys, "n_seeds"]
+    for bench in _sorted_benchmarks([*measured_benchmarks, *(paper.BENCHMARKS if not paper_rows.empty else ())]):
+        columns += [c for c in (f"{bench} measured", f"{bench} paper") if c in table.columns]
+    table = table[[*columns, WEIGHTED_MEASURED, WEIGHTED_PAPER]].copy()
+    value_columns = [c for c in table.columns if c.endswith((" measured", " paper"))]
+    table[value_columns] = table[value_columns].astype(float)
+
+    full = [f"{b} measured" for b in paper.BENCHMARKS]
+    complete = pd.Series(False, index=table.index)
+    if all(c in table.columns for c in full):
+        complete = table[full].notna().all(axis=1)
+    table[DELTA_PAPER] = (table[WEIGHTED_MEASURED] - table[WEIGHTED_PAPER]).where(complete).round(1)
+
+    per_bench = [c for c in table.columns if c.endswith(" measured") and c != WEIGHTED_MEASURED]
+    coverage = [tuple(row) for row in table[per_bench].notna().itertuples(index=False)]
+    pairs = list(zip(table["backbone"], table["prompt_set"], strict=True))
+    is_ref = (table["method"] == REFERENCE_METHOD).tolist()
+    ref_value = {p: v for p, v, r in zip(pairs, table[WEIGHTED_MEASURED], is_ref, strict=True) if r}
+    ref_cover = {p: c for p, c, r in zip(pairs, coverage, is_ref, strict=True) if r}
+    reference = pd.Series([ref_value.get(p, math.nan) for p in pairs], index=table.index, dtype=float)
+    like = pd.Series([ref_cover.get(p) == c for p, c in zip(pairs, coverage, strict=True)], index=table.index)
+    table[DELTA_REFERENCE] = (table[WEIGHTED_MEASURED] - reference).where(like).round(1)
+
+    table = _sort(table, keys)
+    table.attrs[_DECIMALS] = dict.fromkeys([*value_columns, DELTA_PAPER, DELTA_REFERENCE], 1)
+    table.attrs[_MEASURED] = [c for c in table.columns if c.endswith(" measured")]
+    return table
+
+
+# ------------------------------------------------------------------------------------------ step time
+
+
+def _measured_steps(training_df: pd.DataFrame, prompt_set: str | None) -> pd.DataFrame:
+    if training_df is None:
+        training_df = pd.DataFrame(columns=[*RUN_KEYS, "step"])
+    _require(training_df, [*RUN_KEYS, "step"], "training")
+    return _filter_prompt_set(training_df, prompt_set)
+
+
+def step_time_table(
+    training_df: pd.DataFrame | None, prompt_set: str | None = None, *, measured_only: bool = False
+) -> pd.DataFrame:
+    """Table 2: seconds per training step per (backbone, method), beside the paper's 8xH100 seconds.
+
+    "seconds measured" is the mean of `timing_s/step` over each run's steps except step 1 (start-up),
+    then over the runs (`n_runs`, every prompt set unless `prompt_set` is given); "relative measured"
+    divides by the same backbone's GRPO-n4. The paper's columns come from paper_tables/step_time_8xh100.csv.
+    """
+    keys = ["backbone", "method"]
+    frame = _measured_steps(training_df, prompt_set)
+    seen = frame[keys].drop_duplicates()
+    if STEP_TIMING in frame.columns:
+        timed = frame.assign(**{STEP_TIMING: pd.to_numeric(frame[STEP_TIMING], errors="coerce")})
+        timed = timed[(pd.to_numeric(timed["step"], errors="coerce") != 1) & timed[STEP_TIMING].notna()]
+        per_run = timed.groupby([*keys, "run"])[STEP_TIMING].mean()
+    else:
+        per_run = pd.Series(dtype=float, index=pd.MultiIndex.from_tuples([], names=[*keys, "run"]))
+    grouped = per_run.groupby(level=keys)
+    measured = pd.concat([grouped.size().rename("n_runs"), grouped.mean().rename("seconds measured")], axis=1)
+    measured = seen.merge(measured.reset_index(), on=keys, how="left") if not seen.empty else measured.reset_index()
+
+    reported = paper.step_times()[[*keys, "seconds_per_step", "relative_to_grpo"]]
+    reported = reported.rename(columns={"seconds_per_step": "seconds paper", "relative_to_grpo": "relative paper"})
+    if measured_only:
+        reported = reported.merge(measured[keys], on=keys, how="inner")
+    table = reported.merge(measured, on=keys, how="outer")
+    table["n_runs"] = pd.array(table["n_runs"], dtype="Int64")
+    for column in ("seconds measured", "seconds paper", "relative paper"):
+        table[column] = table[column].astype(float)
+    reference = dict(
+        zip(
+            table["backbone"][table["method"] == REFERENCE_METHOD],
+            table["seconds measured"][table["method"] == REFERENCE_METHOD],
+            strict=True,
+        )
+    )
+    ratio = table["seconds measured"] / table["backbone"].map(reference).astype(float)
+    table["relative measured"] = ratio.round(2)
+    table["seconds measured"] = table["seconds measured"].round(2)
+    table = table[[*keys, "n_runs", "seconds measured", "seconds paper", "relative measured", "relative paper"]]
+    table = _sort(table, keys)
+    table.attrs[_DECIMALS] = {"seconds measured": 2, "seconds paper": 0, "relative measured": 2, "relative paper": 2}
+    table.attrs[_MEASURED] = ["seconds measured", "relative measured"]
+    return table
+
+
+# ------------------------------------------------------------------------------------------ sampling
+
+# column -> (decimals, x100)
+SAMPLING_COLUMNS: dict[str, tuple[int, bool]] = {
+    "responses per step": (1, False),
+    "responses per prompt": (2, False),
+    "signal share %": (1, True),
+    "zero-variance share %": (1, True),
+    "unresolved share %": (1, True),
+    "additional samples per step": (1, False),
+}
+
+
+def _sampler_values(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per logged step, the sampling table's quantities (NaN where the run did not log them)."""
+
+    def col(name: str) -> pd.Series:
+        if name not in frame.columns:
+            return pd.Series(math.nan, index=frame.index, dtype=float)
+        return pd.to_numeric(frame[name], errors="coerce").astype(float)
+
+    prompts = col("sampler/prompts").where(lambda s: s > 0)
+    per_prompt = col("sampler/responses_per_prompt").combine_first(col("sampler/responses_total") / prompts)
+    return pd.DataFrame(
+        {
+            "responses per step": col("sampler/responses_total"),
+            "responses per prompt": per_prompt,
+            "signal share %": col("sampler/signal_frac"),
+            "zero-variance share %": col("sampler/zero_variance_frac"),
+            "unresolved share %": col("sampler/unresolved") / prompts,
+            "additional samples per step": col("sampler/additional_samples"),
+        },
+        index=frame.index,
+    )
+
+
+def sampling_table(training_df: pd.DataFrame | None, prompt_set: str | None = None) -> pd.DataFrame:
+    """Sampling per (backbone, prompt_set, method), means over each run's steps, then over its seeds.
+
+    Responses drawn per step and per prompt, the share of update groups with signal (both correct and
+    wrong responses) and with zero variance, Seq's share of prompts left unresolved after all rounds
+    (`sampler/unresolved` / `sampler/prompts`; missing for other methods), and the samples drawn beyond
+    each prompt's first request. Shares are percentages. Only measured runs have rows.
+    """
+    keys = list(GROUP_KEYS)
+    frame = _measured_steps(training_df, prompt_set)
+    values = pd.concat([frame[[*keys, "run"]], _sampler_values(frame)], axis=1)
+    columns = list(SAMPLING_COLUMNS)
+    per_run = values.groupby([*keys, "run"], sort=False)[columns].mean()
+    grouped = per_run.groupby(level=keys, sort=False)
+    table = pd.concat([grouped.size().rename("n_seeds"), grouped.mean()], axis=1).reset_index()
+    table["n_seeds"] = pd.array(table["n_seeds"], dtype="Int64")
+    for column, (decimals, percent) in SAMPLING_COLUMNS.items():
+        values = table[column].astype(float) * (100 if percent else 1)
+        table[column] = values.round(decimals)
+    table = _sort(table[[*keys, "n_seeds", *columns]], keys)
+    table.attrs[_DECIMALS] = {c: d for c, (d, _) in SAMPLING_COLUMNS.items()}
+    table.attrs[_MEASURED] = columns
+    return table
+
+
+# ------------------------------------------------------------------------------------------ missing
+
+
+def row_label(row: pd.Series | dict) -> str:
+    """ "backbone/prompt_set/method" (the key columns the row has)."""
+    return "/".join(str(row[k]) for k in GROUP_KEYS if k in row)
+
+
+def missing_measured(table: pd.DataFrame) -> list[str]:
+    """Labels of the rows with no measured number at all (paper rows no run reproduced, runs without logs)."""
+    measured = [c for c in table.attrs.get(_MEASURED, ()) if c in table.columns]
+    measured = measured or [c for c in table.columns if str(c).endswith(" measured")]
+    if not measured or table.empty:
+        return []
+    empty = table[measured].isna().all(axis=1)
+    return [row_label(row) for _, row in table[empty].iterrows()]
+
+
+# ------------------------------------------------------------------------------------------ renderers
+
+
+def _is_missing(value: object) -> bool:
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _infer_decimals(values: pd.Series) -> int:
+    best = 0
+    for v in values.dropna().astype(float):
+        if not math.isfinite(v):
+            continue
+        d = next((d for d in range(5) if abs(v - round(v, d)) < 1e-9), 4)
+        best = max(best, d)
+    return best
+
+
+def _formatters(df: pd.DataFrame) -> list[tuple[bool, object]]:
+    """Per column: (numeric, value -> text) for present values."""
+    decimals = df.attrs.get(_DECIMALS, {})
+    out = []
+    for column in df.columns:
+        series = df[column]
+        if pd.api.types.is_bool_dtype(series):
+            out.append((False, str))
+        elif pd.api.types.is_integer_dtype(series):
+            out.append((True, lambda v: str(int(v))))
+        elif pd.api.types.is_float_dtype(series):
+            d = decimals.get(column, _infer_decimals(series))
+            signed = str(column).startswith("delta")
+            out.append((True, _float_formatter(d, signed)))
+        else:
+            out.append((False, str))
+    return out
+
+
+def _float_formatter(decimals: int, signed: bool):
+    def fmt(value: object) -> str:
+        v = round(float(value), decimals)
+        if v == 0:
+            v = 0.0  # no "-0.0"
+        return f"{v:+.{decimals}f}" if signed and v != 0 else f"{v:.{decimals}f}"
+
+    return fmt
+
+
+def _cells(df: pd.DataFrame, missing: str) -> tuple[list[str], list[list[str]], list[bool]]:
+    formats = _formatters(df)
+    rows = []
+    for values in df.itertuples(index=False):
+        rows.append([missing if _is_missing(v) else f(v) for v, (_, f) in zip(values, formats, strict=True)])
+    return [str(c) for c in df.columns], rows, [numeric for numeric, _ in formats]
+
+
+def to_markdown(df: pd.DataFrame) -> str:
+    """A GitHub pipe table; missing cells are "—", numbers right-aligned."""
+    headers, rows, numeric = _cells(df, MISSING)
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    rule = "| " + " | ".join("---:" if n else "---" for n in numeric) + " |"
+    return "\n".join([line(headers), rule, *(line(r) for r in rows)]) + "\n"
+
+
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "—": "--",
+}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
+
+
+def to_latex(df: pd.DataFrame) -> str:
+    """A booktabs tabular (needs \\usepackage{booktabs}); missing cells are "--"."""
+    headers, rows, numeric = _cells(df, MISSING)
+    spec = "".join("r" if n else "l" for n in numeric)
+
+    def line(cells: Sequence[str]) -> str:
+        return " & ".join(MISSING_LATEX if c == MISSING else latex_escape(c) for c in cells) + r" \\"
+
+    body = [rf"\begin{{tabular}}{{{spec}}}", r"\toprule", line(headers), r"\midrule"]
+    body += [line(r) for r in rows]
+    body += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(body) + "\n"
+
+
+def to_csv(df: pd.DataFrame, path: str | os.PathLike[str] | None = None) -> str:
+    """CSV text (numbers as computed, missing cells "—"); written atomically to `path` when given."""
+    text = df.to_csv(index=False, na_rep=MISSING)
+    if path is not None:
+        from repro.atomic import write_text
+
+        write_text(path, text)
+    return text
+
+
+def to_rich(df: pd.DataFrame, title: str | None = None):
+    """A rich Table: numbers right-aligned and never cut, missing cells "—" (dim); headers wrap."""
+    from rich import box
+    from rich.table import Table
+
+    headers, rows, numeric = _cells(df, MISSING)
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    for i, (header, n) in enumerate(zip(headers, numeric, strict=True)):
+        words = header.split(" ")
+        widest = max([len(row[i]) for row in rows] + [len(w) for w in words])
+        label = "\n".join(words) if n else header
+        table.add_column(label, justify="right" if n else "left", no_wrap=True, min_width=widest)
+    for row in rows:
+        table.add_row(*(f"[dim]{MISSING}[/dim]" if c == MISSING else _rich_escape(c) for c in row))
+    return table
+
+
+def _rich_escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

@@ -1,0 +1,352 @@
+"""Figures: the plotted data (not just the files) against values recomputed here with pandas or by hand.
+
+Real tables come from `repro collect` on the session fixture `tiny_runs` (grpo-n4, seq-balance, est on
+tiny-arith, 4 steps, eval k=4 on two tiers); synthetic frames cover what the miniature cannot (several
+seeds and prompt sets, the paper's 1.5B step times).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.colors import to_hex
+from typer.testing import CliRunner
+
+from repro import plot_commands
+from repro.errors import ReproError
+from repro.report import plots, style
+from repro.report.schema import WEIGHTED_AVERAGE
+
+TINY_METHODS = ["grpo-n4", "seq-balance", "est"]  # the paper's order (style.METHOD_ORDER)
+TINY_GRID = {"tiny-arith": [*TINY_METHODS, "dapo", "seq-pos"]}
+
+
+@pytest.fixture(scope="module")
+def results(tiny_runs, tmp_path_factory):
+    from repro.report.collect import collect, read_results
+
+    folder = tmp_path_factory.mktemp("results")
+    collect(tiny_runs, folder)
+    return folder, read_results(folder)
+
+
+def _axes(fig):
+    return [ax for ax in fig.axes if ax.get_visible()]
+
+
+def _legend(ax) -> list[str]:
+    legend = ax.get_legend()
+    assert legend is not None, f"panel {ax.get_title()!r} has no legend"
+    return [t.get_text() for t in legend.get_texts()]
+
+
+def _data_lines(ax):
+    return [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+
+
+def _assert_labelled(fig) -> None:
+    assert fig.get_suptitle().strip()
+    for ax in _axes(fig):
+        assert ax.get_title().strip() and ax.get_xlabel().strip() and ax.get_ylabel().strip(), ax
+
+
+def _synthetic_training() -> pd.DataFrame:
+    """Two seeds x two prompt sets of grpo-n4 and seq-pos on the 1.5B backbone, with known values."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for method, prompt_set, seed in itertools.product(("grpo-n4", "seq-pos"), ("standard", "hard"), (0, 1)):
+        for step in range(1, 9):
+            rows.append(
+                {
+                    "run": f"qwen2.5-math-1.5b__{method}__{prompt_set}__s{seed}",
+                    "backbone": "qwen2.5-math-1.5b",
+                    "method": method,
+                    "prompt_set": prompt_set,
+                    "seed": seed,
+                    "step": step,
+                    "critic/rewards/mean": float(rng.random()),
+                    "actor/entropy": float(rng.random()),
+                    "timing_s/step": 1000.0
+                    if step == 1
+                    else float(10 + rng.random() * (3 if method == "seq-pos" else 1)),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------- style
+
+
+def test_every_method_has_a_distinct_fixed_colour():
+    assert set(style.METHOD_COLORS) == set(style.METHOD_ORDER) and len(style.METHOD_ORDER) == 9
+    assert len(set(style.METHOD_COLORS.values())) == 9
+    assert style.method_color("not-a-method") == style.method_color("not-a-method")  # stable fallback
+
+
+def test_save_writes_png_and_pdf_atomically(tmp_path, monkeypatch):
+    fig, _ = plots.signal_loss(None, max_n=16)
+    paths = style.save(fig, tmp_path / "figs" / "signal.png")  # a suffix given is dropped, both formats written
+    assert [p.name for p in paths] == ["signal.png", "signal.pdf"]
+    assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths[0].stat().st_size > 1000
+    assert paths[1].read_bytes()[:5] == b"%PDF-" and paths[1].stat().st_size > 1000
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["signal.pdf", "signal.png"]  # no temp files
+    # a name with dots is kept whole, and a failed write leaves neither a temp file nor a half figure
+    monkeypatch.setattr(fig, "savefig", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError):
+        style.save(fig, tmp_path / "figs" / "qwen2.5-math")
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["signal.pdf", "signal.png"]
+
+
+# ---------------------------------------------------------------------------------------------- training
+
+
+def test_reward_curve_plots_moving_averages_of_collected_runs(results):
+    _, tables = results
+    training = tables["training"]
+    fig, missing = plots.reward_curve(training, window=2, expected=TINY_GRID)
+    _assert_labelled(fig)
+    (ax,) = _axes(fig)
+    assert ax.get_title() == "tiny-arith"
+    assert _legend(ax) == TINY_METHODS
+    lines = _data_lines(ax)
+    assert len(lines) == len(TINY_METHODS)
+    for line in lines:
+        run = training[training["method"] == line.get_label()].sort_values("step")
+        expected = run["critic/rewards/mean"].rolling(2, min_periods=1).mean()
+        np.testing.assert_allclose(line.get_xdata(), run["step"].to_numpy())
+        np.testing.assert_allclose(line.get_ydata(), expected.to_numpy())
+        assert to_hex(line.get_color()) == style.METHOD_COLORS[line.get_label()]
+    assert missing == ["tiny-arith: no training runs of dapo, seq-pos"]
+    # the default grid is the paper's: every paper backbone is missing from the miniature
+    _, default_missing = plots.reward_curve(training)
+    assert any(m.startswith("backbone qwen2.5-math-1.5b: no training runs") for m in default_missing)
+
+
+def test_reward_curve_averages_seeds_and_separates_prompt_sets():
+    training = _synthetic_training()
+    fig, missing = plots.reward_curve(training, window=3, expected={})
+    assert missing == []
+    (ax,) = _axes(fig)
+    lines = {line.get_label(): line for line in _data_lines(ax)}
+    assert list(lines) == ["grpo-n4 (standard)", "grpo-n4 (hard)", "seq-pos (standard)", "seq-pos (hard)"]
+    for (method, prompt_set), group in training.groupby(["method", "prompt_set"]):
+        per_step = group.groupby("step")["critic/rewards/mean"].mean().sort_index()
+        line = lines[f"{method} ({prompt_set})"]
+        np.testing.assert_allclose(line.get_ydata(), per_step.rolling(3, min_periods=1).mean().to_numpy())
+        assert line.get_linestyle() == ("-" if prompt_set == "standard" else "--")
+
+
+def test_reward_entropy_frontier(results):
+    _, tables = results
+    training = tables["training"]
+    fig, _ = plots.reward_entropy(training, window=3)
+    _assert_labelled(fig)
+    (ax,) = _axes(fig)
+    assert _legend(ax) == TINY_METHODS
+    lines = _data_lines(ax)
+    assert len(lines) == len(TINY_METHODS)
+    for line in lines:
+        run = training[training["method"] == line.get_label()].sort_values("step")
+        np.testing.assert_allclose(line.get_xdata(), run["actor/entropy"].rolling(3, min_periods=1).mean())
+        np.testing.assert_allclose(line.get_ydata(), run["critic/rewards/mean"].rolling(3, min_periods=1).mean())
+    # the same method has the same colour here, in the reward curve and in the step-time bars
+    curve, _ = plots.reward_curve(training)
+    bars, _ = plots.step_time(training)
+    colours = {line.get_label(): to_hex(line.get_color()) for line in lines}
+    assert colours == {line.get_label(): to_hex(line.get_color()) for line in _data_lines(_axes(curve)[0])}
+    bar_ax = _axes(bars)[0]
+    ticks = [t.get_text() for t in bar_ax.get_xticklabels()]
+    (measured,) = bar_ax.containers
+    assert {m: to_hex(p.get_facecolor()) for m, p in zip(ticks, measured.patches, strict=True)} == colours
+
+
+def test_step_time_bars_are_means_without_step_one(results):
+    _, tables = results
+    training = tables["training"]
+    fig, missing = plots.step_time(training)
+    _assert_labelled(fig)
+    (ax,) = _axes(fig)
+    assert [t.get_text() for t in ax.get_xticklabels()] == TINY_METHODS
+    (measured,) = ax.containers  # tiny-arith is not in the paper's Table 2: no paper bars
+    assert measured.get_label() == plots.MEASURED_LABEL
+    expected = training[training["step"] != 1].groupby("method")["timing_s/step"].mean()
+    heights = [p.get_height() for p in measured.patches]
+    np.testing.assert_allclose(heights, [expected[m] for m in TINY_METHODS])
+    labels = [t.get_text() for t in ax.texts]
+    assert labels == [f"{expected[m] / expected['grpo-n4']:.2f}x" for m in TINY_METHODS]
+    assert "backbone qwen2.5-math-1.5b" in " ".join(missing)
+
+
+def test_step_time_puts_the_paper_table_beside():
+    training = _synthetic_training()
+    fig, missing = plots.step_time(training, expected={"qwen2.5-math-1.5b": ["grpo-n4", "seq-pos", "est"]})
+    (ax,) = _axes(fig)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["grpo-n4", "seq-pos", "seq-balance", "est"]
+    measured = next(c for c in ax.containers if c.get_label() == plots.MEASURED_LABEL)
+    paper = next(c for c in ax.containers if c.get_label() == plots.PAPER_LABEL)
+    means = training[training["step"] > 1].groupby("method")["timing_s/step"].mean()
+    np.testing.assert_allclose([p.get_height() for p in measured.patches], [means["grpo-n4"], means["seq-pos"]])
+    assert [p.get_height() for p in paper.patches] == [102, 228, 290, 128]
+    assert all(p.get_hatch() for p in paper.patches)
+    assert f"{means['seq-pos'] / means['grpo-n4']:.2f}x" in [t.get_text() for t in ax.texts]
+    assert "qwen2.5-math-1.5b: no training runs of est" in missing
+    assert "qwen2.5-math-1.5b: paper times but no runs of seq-balance, est" in missing
+    assert "backbone qwen2.5-math-7b: paper Table 2 has times but there are no runs" in missing
+    no_paper, _ = plots.step_time(training, paper=False)
+    assert len(_axes(no_paper)[0].containers) == 1
+
+
+def test_sampling_panels_show_the_seq_methods(results):
+    _, tables = results
+    training = tables["training"]
+    fig, missing = plots.sampling(training, window=2, expected=TINY_GRID)
+    _assert_labelled(fig)
+    axes = _axes(fig)
+    assert len(axes) == 3
+    run = training[training["method"] == "seq-balance"].sort_values("step")
+    for ax, (_, _, columns) in zip(axes, plots.SAMPLING_PANELS, strict=True):
+        assert _legend(ax) == ["seq-balance"]  # grpo-n4 and est have no rounds
+        lines = ax.get_lines()
+        assert len(lines) == len(columns)
+        for line, (column, style_, _) in zip(lines, columns, strict=True):
+            np.testing.assert_allclose(line.get_ydata(), run[column].rolling(2, min_periods=1).mean())
+            assert line.get_linestyle() == style_
+    assert missing == ["tiny-arith: no Seq runs of seq-pos"]
+    # a Seq run that did not log the sampler columns is named, and drawn nowhere
+    lacking = training[training["method"] == "seq-balance"].assign(method="seq-pos")
+    lacking = lacking.drop(columns=[plots.RESOLVED_2])
+    fig, missing = plots.sampling(pd.concat([training, lacking]), expected={})
+    assert _legend(_axes(fig)[0]) == ["seq-pos", "seq-balance"]
+    assert _legend(_axes(fig)[2]) == ["seq-balance"]
+    assert missing == [f"tiny-arith seq-pos (standard): no values of {plots.RESOLVED_2}"]
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+
+
+def test_passk_of_final_checkpoints(results, tiny_runs):
+    _, tables = results
+    eval_df = tables["eval"]
+    weighted = eval_df[eval_df["benchmark"] == WEIGHTED_AVERAGE].set_index("method")
+    fig, missing = plots.passk(eval_df, expected=TINY_GRID)
+    _assert_labelled(fig)
+    (ax,) = _axes(fig)
+    assert ax.get_xscale() == "log"
+    assert _legend(ax) == TINY_METHODS
+    lines = ax.get_lines()
+    assert len(lines) == len(TINY_METHODS)
+    for line in lines:
+        row = weighted.loc[line.get_label()]
+        np.testing.assert_allclose(line.get_xdata(), [1, 2, 4])
+        np.testing.assert_allclose(line.get_ydata(), [100 * row[f"pass@{k}"] for k in (1, 2, 4)])
+    assert "tiny-arith: no evaluated runs of dapo, seq-pos" in missing
+    # recomputed from the records under the runs root: the same numbers (pooled = problem-weighted)
+    from_records, _ = plots.passk(eval_df, runs_root=tiny_runs)
+    for line, again in zip(lines, _axes(from_records)[0].get_lines(), strict=True):
+        np.testing.assert_allclose(again.get_ydata(), line.get_ydata())
+    # without weighted rows: one panel per benchmark
+    per_bench, _ = plots.passk(eval_df[eval_df["benchmark"] != WEIGHTED_AVERAGE])
+    titles = sorted(ax.get_title() for ax in _axes(per_bench))
+    assert titles == ["tiny-arith: tiny-aime", "tiny-arith: tiny-minerva"]
+    assert all(len(ax.get_lines()) == 3 for ax in _axes(per_bench))
+
+
+def _brute_force_shares(counts: list[tuple[int, int]], n: int) -> tuple[float, float]:
+    """All-correct and all-wrong shares of n-subsets, by enumerating every subset of every problem."""
+    correct, wrong = [], []
+    for c, k in counts:
+        outcomes = [1] * c + [0] * (k - c)
+        subsets = list(itertools.combinations(outcomes, n))
+        correct.append(sum(all(s) for s in subsets) / len(subsets))
+        wrong.append(sum(not any(s) for s in subsets) / len(subsets))
+    return float(np.mean(correct)), float(np.mean(wrong))
+
+
+def _records(counts: list[tuple[int, int]]) -> list[dict]:
+    return [
+        {"benchmark": "b", "problem_id": str(i), "sample_index": j, "score": float(j < c)}
+        for i, (c, k) in enumerate(counts)
+        for j in range(k)
+    ]
+
+
+def test_signal_loss_from_records_matches_the_hand_computed_example():
+    fig, missing = plots.signal_loss({"seq-balance": _records([(1, 4), (3, 4)])})
+    _assert_labelled(fig)
+    left, _ = _axes(fig)
+    assert missing == []
+    (correct,) = left.get_lines()
+    np.testing.assert_allclose(correct.get_xdata(), [1, 2, 3, 4])
+    # n=2: problem 1 has C(1,2)/C(4,2) = 0, problem 2 C(3,2)/C(4,2) = 3/6 -> mean 0.25
+    np.testing.assert_allclose(correct.get_ydata(), [50.0, 25.0, 12.5, 0.0])
+    assert to_hex(correct.get_color()) == style.METHOD_COLORS["seq-balance"]
+    assert _legend(left) == ["seq-balance", "paper"]
+    (paper,) = left.collections
+    np.testing.assert_allclose(paper.get_offsets(), [[4, 35.3], [256, 10.2]])
+    # an asymmetric case against enumeration of every subset
+    counts = [(0, 6), (2, 6), (5, 6), (6, 6), (3, 6)]
+    table = plots.share_all_correct(_records(counts))
+    for n in range(1, 7):
+        row = table[table["n"] == n].iloc[0]
+        assert (row["all_correct"], row["all_wrong"]) == pytest.approx(_brute_force_shares(counts, n))
+    fig, _ = plots.signal_loss(_records(counts))
+    np.testing.assert_allclose(_axes(fig)[1].get_lines()[0].get_ydata(), 100 * table["all_wrong"])
+
+
+def test_signal_loss_from_runs_and_simulated(tiny_runs, tmp_path):
+    fig, missing = plots.signal_loss(tiny_runs)
+    left, right = _axes(fig)
+    assert _legend(left) == [*TINY_METHODS, "paper"] and _legend(right) == TINY_METHODS
+    for line in left.get_lines():
+        folder = tiny_runs / f"tiny-arith__{line.get_label()}__standard__s0" / "eval" / "global_step_4"
+        scores: dict[tuple[str, str], list[float]] = {}
+        for path in folder.glob("*.jsonl"):
+            for text in path.read_text().splitlines():
+                r = json.loads(text)
+                scores.setdefault((path.stem, r["problem_id"]), []).append(r["score"])
+        counts = [(int(sum(s)), len(s)) for s in scores.values()]
+        expected = [100 * _brute_force_shares(counts, n)[0] for n in range(1, 5)]
+        np.testing.assert_allclose(line.get_ydata(), expected)
+    assert missing == []
+    # no records: the Beta fitted to the paper's pass@1 / pass@256, E[p^n] in closed form
+    from repro.simulate.pass_rates import beta_moment, fit_beta
+
+    fig, missing = plots.signal_loss(tmp_path, max_n=64)
+    assert any("no eval records under" in m for m in missing) and any("simulated" in m for m in missing)
+    left, right = _axes(fig)
+    (line,) = left.get_lines()
+    a, b = fit_beta(0.265, 0.813, 256)
+    np.testing.assert_allclose(line.get_ydata(), 100 * beta_moment(a, b, np.arange(1, 65)))
+    np.testing.assert_allclose(right.get_lines()[0].get_ydata(), 100 * beta_moment(b, a, np.arange(1, 65)))
+    assert math.isclose(line.get_ydata()[0], 26.5, rel_tol=1e-6)  # E[p] = pass@1
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+
+
+def test_cli_writes_figures_and_lists_what_is_missing(results, tiny_runs, tmp_path):
+    folder, _ = results
+    runner = CliRunner()
+    result = runner.invoke(plot_commands.app, ["reward-curve", "--results", str(tmp_path / "nowhere")])
+    assert isinstance(result.exception, ReproError)
+    assert str(result.exception) == f"no results in {tmp_path / 'nowhere'}; run `repro collect` first"
+    out = tmp_path / "figs" / "sampling"
+    result = runner.invoke(
+        plot_commands.app, ["sampling", "--results", str(folder), "--out", str(out), "--window", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"wrote {out}.png" in result.output and f"wrote {out}.pdf" in result.output
+    assert "no Seq runs" in result.output  # the paper's backbones are absent
+    result = runner.invoke(plot_commands.app, ["step-time", "--results", str(folder)])
+    assert result.exit_code == 0, result.output
+    assert (folder / "figures" / "step-time.png").stat().st_size > 0
+    result = runner.invoke(plot_commands.app, ["signal-loss", "--results", str(folder), "--runs-root", str(tiny_runs)])
+    assert result.exit_code == 0, result.output
+    assert (folder / "figures" / "signal-loss.pdf").stat().st_size > 0
+    help_text = runner.invoke(plot_commands.app, ["passk", "--help"]).output
+    assert "Examples" in help_text and "repro plot passk" in help_text
