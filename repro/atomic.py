@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 
-def write_text(path: str | os.PathLike[str], text: str) -> Path:
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a rename or a new file inside `path` survive a power loss, not just a process kill."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_with(path: str | os.PathLike[str], writer: Callable[[IO[bytes]], None]) -> Path:
+    """Let `writer` fill a temp file beside `path`, fsync it, then rename it over `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -15,8 +27,8 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; the final file gets ordinary permissions
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            writer(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -24,3 +36,7 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    return write_with(path, lambda handle: handle.write(text.encode()))

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from repro.atomic import write_text
+from repro.atomic import fsync_dir, write_text
 from repro.errors import ReproError
 
 STATES = ("pending", "running", "finished", "failed", "interrupted")
@@ -58,15 +58,6 @@ def cell_name(backbone: str, method: str, prompt_set: str, seed: int) -> str:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a rename or a new file inside `path` survive a power loss, not just a process kill."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -155,7 +146,7 @@ class MetricsWriter:
         existed = self.path.exists()
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         if not existed:
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
 
     def log(self, step: int, data: dict[str, float]) -> None:
         """Write exactly one line ``{"step": step, "data": data}``."""
@@ -289,7 +280,7 @@ class RunDir:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         return cls(path)
 
     def _check_is_run(self, *, half_written_ok: bool = False) -> None:
@@ -598,7 +589,7 @@ class RunDir:
             shutil.rmtree(old, ignore_errors=True)
             os.rename(final, old)
         os.rename(staging, final)
-        _fsync_dir(self.checkpoints_dir)
+        fsync_dir(self.checkpoints_dir)
         write_text(self.checkpoints_dir / LATEST_FILE, f"{step}\n")
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)

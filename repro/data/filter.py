@@ -21,6 +21,7 @@ import numpy as np
 from repro.atomic import write_text
 from repro.errors import ReproError
 from repro.reward import compute_score
+from repro.rows import read_rows
 from repro.tasks.tiny_arith import SYSTEM_PROMPT
 
 OPENR1 = {"hf": "open-r1/OpenR1-Math-220k", "config": "default", "split": "train"}
@@ -47,7 +48,7 @@ def load_candidates(source: str, local_file: Path | None) -> tuple[list[Candidat
 
         local_file = ensure_data(0)["train"]
     if local_file is not None:
-        rows = _read(Path(local_file))
+        rows = read_rows(Path(local_file))
     elif source == "openr1":
         try:
             from datasets import load_dataset
@@ -81,19 +82,6 @@ def load_candidates(source: str, local_file: Path | None) -> tuple[list[Candidat
         else:
             raise ReproError("input rows need problem and answer fields (or verl prompt/reward_model columns)")
     return out, prefiltered and user_file
-
-
-def _read(path: Path) -> list[dict]:
-    if not path.is_file():
-        raise ReproError(f"input file {path} does not exist")
-    try:
-        if path.suffix.lower() == ".parquet":
-            import pandas as pd
-
-            return pd.read_parquet(path).to_dict("records")
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (ValueError, OSError) as exc:
-        raise ReproError(f"cannot read {path}: {exc}") from exc
 
 
 def dedupe(rows: list[Candidate]) -> list[Candidate]:

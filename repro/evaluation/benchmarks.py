@@ -6,7 +6,6 @@ gained problems would shift Ave@32 and the weighted average without anyone notic
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -15,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from repro.errors import ReproError, unknown_name
+from repro.rows import read_rows
 from repro.tasks import tiny_arith
 
 PAPER_BENCHMARKS = ("math500", "minerva_math", "olympiadbench", "aime_like")
@@ -58,19 +58,6 @@ def _answer(value) -> str:
     return str(value).strip()
 
 
-def _rows_from_file(path: Path) -> list[dict]:
-    if not path.is_file():
-        raise ReproError(f"benchmark file {path} does not exist")
-    try:
-        if path.suffix.lower() == ".parquet":
-            import pandas as pd
-
-            return pd.read_parquet(path).to_dict("records")
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (ValueError, OSError) as exc:
-        raise ReproError(f"cannot read benchmark file {path}: {exc}") from exc
-
-
 def _from_rows(name: str, rows: list[dict], mapping: dict, offset: int = 0) -> list[Problem]:
     out = []
     for i, row in enumerate(rows):
@@ -96,7 +83,7 @@ def load(name: str, local_file: Path | None = None) -> list[Problem]:
         local_file = tiny_arith.ensure_data(0)[name]
     if local_file is not None:
         spec = (sources().get(name) or {}).get("sources", [{}])[0]
-        problems = _from_rows(name, _rows_from_file(Path(local_file)), spec)
+        problems = _from_rows(name, read_rows(Path(local_file), "benchmark file"), spec)
     else:
         problems = []
         for spec in sources()[name]["sources"]:

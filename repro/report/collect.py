@@ -33,6 +33,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from repro.atomic import fsync_dir
 from repro.errors import ReproError
 from repro.report.schema import RUN_KEYS, TABLES, WEIGHTED_AVERAGE
 from repro.rundir import RunDir, _parse_record
@@ -342,14 +343,6 @@ def _eval_frame(rows: list[dict]) -> pd.DataFrame:
 # ---- writing ------------------------------------------------------------------------------------
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @contextlib.contextmanager
 def results_lock(results: Path, shared: bool = False) -> Iterator[None]:
     """Hold results/.collect.lock: exclusive while collect writes; shared for a reader wanting one version."""
@@ -399,7 +392,7 @@ def write_tables(tables: dict[str, pd.DataFrame], results: Path) -> list[Path]:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(results)
+    fsync_dir(results)
     return [target for _, target in staged]
 
 

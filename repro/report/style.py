@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from repro.atomic import write_with
 
 __all__ = [
     "DPI",
@@ -135,19 +136,11 @@ def save(fig: Figure, out_base: str | os.PathLike[str]) -> list[Path]:
     written = []
     for fmt in FORMATS:
         target = base.parent / f"{base.name}.{fmt}"
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        try:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(fd, 0o666 & ~umask)
-            with os.fdopen(fd, "wb") as handle:
-                with plot_style():
-                    fig.savefig(handle, format=fmt, dpi=DPI, bbox_inches="tight")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+
+        def draw(handle, fmt=fmt):
+            with plot_style():
+                fig.savefig(handle, format=fmt, dpi=DPI, bbox_inches="tight")
+
+        write_with(target, draw)
         written.append(target)
     return written
