@@ -40,3 +40,25 @@ def write_with(path: str | os.PathLike[str], writer: Callable[[IO[bytes]], None]
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
     return write_with(path, lambda handle: handle.write(text.encode()))
+
+
+def drop_torn_tail(path: str | os.PathLike[str]) -> int:
+    """Cut a final line that has no newline (a write killed half way); returns the bytes dropped."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return 0
+    keep = data.rfind(b"\n") + 1
+    with open(path, "r+b") as handle:
+        handle.truncate(keep)
+    return len(data) - keep
+
+
+def append_lines(handle: IO[str], lines: list[str]) -> None:
+    """Append whole lines and fsync: once this returns, a kill cannot take them back."""
+    if lines:
+        handle.write("\n".join(lines) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from repro.atomic import write_text
+from repro.atomic import append_lines, drop_torn_tail, write_text
 from repro.errors import ReproError
 from repro.reward import compute_score
 from repro.rows import read_rows
@@ -112,10 +111,7 @@ def sample_pass_counts(
     """Correct answers out of `samples` per prompt; resumable through the append-only `log`."""
     counts: dict[str, int] = {}
     if log.exists():
-        data = log.read_bytes()
-        if data and not data.endswith(b"\n"):
-            with open(log, "r+b") as handle:
-                handle.truncate(data.rfind(b"\n") + 1)
+        drop_torn_tail(log)
         for line in log.read_text().splitlines():
             record = json.loads(line)
             if record.get("samples") == samples:
@@ -133,9 +129,7 @@ def sample_pass_counts(
                 correct = int(sum(compute_score(row.data_source, t, row.answer) for t in group))
                 counts[row.key] = correct
                 lines.append(json.dumps({"key": row.key, "samples": samples, "correct": correct}))
-            handle.write("\n".join(lines) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+            append_lines(handle, lines)
             if on_done:
                 on_done(len(batch))
     return counts

@@ -9,12 +9,11 @@ skipped, a torn last line is ignored and regenerated.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from repro.atomic import write_text
+from repro.atomic import append_lines, drop_torn_tail, write_text
 from repro.errors import ReproError
 from repro.evaluation import benchmarks as bench
 from repro.reward import last_boxed
@@ -82,16 +81,6 @@ def read_records(path: Path) -> tuple[list[dict], int]:
     return good, bad
 
 
-def _repair(path: Path) -> None:
-    """Drop a torn final line so appended records start on a fresh line."""
-    if path.exists():
-        data = path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            cut = data.rfind(b"\n") + 1
-            with open(path, "r+b") as handle:
-                handle.truncate(cut)
-
-
 def evaluate_benchmark(
     problems: list[bench.Problem],
     k: int,
@@ -112,7 +101,7 @@ def evaluate_benchmark(
     if on_problems and len(problems) - len(todo):
         on_problems(len(problems) - len(todo))
     out_file.parent.mkdir(parents=True, exist_ok=True)
-    _repair(out_file)
+    drop_torn_tail(out_file)
     with open(out_file, "a") as handle:
         for start in range(0, len(todo), chunk):
             batch = todo[start : start + chunk]
@@ -134,9 +123,7 @@ def evaluate_benchmark(
                     }
                     records.append(record)
                     lines.append(json.dumps(record))
-            handle.write("\n".join(lines) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+            append_lines(handle, lines)
             if on_problems:
                 on_problems(len(batch))
     return records
