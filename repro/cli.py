@@ -15,6 +15,7 @@ from repro import (
     plot_commands,
     run_commands,
     simulate_commands,
+    sweep_commands,
     table_commands,
 )
 from repro.errors import ReproError
@@ -42,6 +43,8 @@ app.add_typer(data_commands.app, name="data")
 app.command("collect")(collect_commands.collect)
 app.add_typer(table_commands.app, name="table")
 app.add_typer(plot_commands.app, name="plot")
+app.add_typer(sweep_commands.app, name="sweep")
+app.command("status")(sweep_commands.status)
 app.command("models")(catalog_commands.models)
 app.command("methods")(catalog_commands.methods)
 app.add_typer(simulate_commands.app, name="simulate")

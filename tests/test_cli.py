@@ -12,7 +12,25 @@ from repro.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
-COMMANDS = [[], ["models"], ["methods"], ["simulate"], ["simulate", "sampling"], ["simulate", "signal-loss"]]
+COMMANDS = [
+    [],
+    ["models"],
+    ["methods"],
+    ["simulate"],
+    ["simulate", "sampling"],
+    ["simulate", "signal-loss"],
+    ["run"],
+    ["eval"],
+    ["data", "filter"],
+    ["collect"],
+    ["table", "weighted-average"],
+    ["table", "step-time"],
+    ["table", "sampling"],
+    ["plot", "reward-curve"],
+    ["plot", "signal-loss"],
+    ["sweep", "run"],
+    ["status"],
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "repro")
@@ -20,7 +38,7 @@ def test_every_command_has_help_with_examples(command: list[str], capsys) -> Non
     assert main([*command, "--help"]) == 0
     out = capsys.readouterr().out
     assert "Usage:" in out
-    if command and command != ["simulate"]:
+    if command and command not in (["simulate"], ["data"]):
         assert "Example" in out or "repro " in out
 
 

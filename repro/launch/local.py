@@ -1,0 +1,235 @@
+"""The local launcher: every cell of a sweep as a `repro run` subprocess on this machine.
+
+Safe to run again and safe to run twice at once:
+
+* a cell whose run folder is finished is skipped (`repro run` would refuse it anyway);
+* before launching a cell the launcher takes a non-blocking exclusive flock on
+  ``RUNS_ROOT/.launch/<cell>.lock`` and keeps it until the cell's process ends (the child inherits the
+  lock, so it outlives a killed launcher). A cell whose lock is held elsewhere is reported as
+  "running elsewhere" and not launched, so two concurrent sweeps launch every cell exactly once;
+* each launch is recorded in ``RUNS_ROOT/.launch/<cell>.json`` (launcher, pids, times, exit code) and its
+  output in ``<cell>.out`` / ``<cell>.err`` beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from repro import catalog
+from repro.atomic import write_text
+from repro.errors import ReproError
+from repro.rundir import RunDir, cell_name
+from repro.sweep import Cell, Sweep
+
+LAUNCH_DIR = ".launch"
+OUTCOMES = ("finished", "failed", "skipped", "running elsewhere")
+
+
+@dataclass
+class CellOutcome:
+    """What happened to one cell in one sweep invocation."""
+
+    cell: Cell
+    name: str
+    outcome: str  # one of OUTCOMES
+    exit_code: int | None = None
+    message: str = ""  # failed: the last stderr line; skipped / running elsewhere: why
+    seconds: float = 0.0
+    pid: int | None = None  # the `repro run` process, when this invocation launched one
+
+    @property
+    def launched(self) -> bool:
+        return self.pid is not None
+
+
+@dataclass
+class SweepReport:
+    runs_root: Path
+    outcomes: list[CellOutcome] = field(default_factory=list)
+
+    def by_outcome(self, outcome: str) -> list[CellOutcome]:
+        return [o for o in self.outcomes if o.outcome == outcome]
+
+    @property
+    def failed(self) -> list[CellOutcome]:
+        return self.by_outcome("failed")
+
+    @property
+    def launched(self) -> list[CellOutcome]:
+        return [o for o in self.outcomes if o.launched]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def launch_dir(runs_root: Path) -> Path:
+    return Path(runs_root) / LAUNCH_DIR
+
+
+def cell_command(cell: Cell, sweep: Sweep, runs_root: Path, extra_args: Sequence[str], python: str) -> list[str]:
+    """The `repro run` command line of one cell (module form, so no console script is needed)."""
+    argv = [
+        python,
+        "-m",
+        "repro.cli",
+        "run",
+        "--model",
+        cell.backbone,
+        "--method",
+        cell.method,
+        "--prompt-set",
+        cell.prompt_set,
+        "--seed",
+        str(cell.seed),
+        "--runs-root",
+        str(runs_root),
+    ]
+    if catalog.get_backbone(cell.backbone).device != "cpu":
+        argv += ["--preset", sweep.preset]
+    for key, value in sweep.overrides.items():
+        argv += ["--set", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    return [*argv, *extra_args]
+
+
+def _run_state(path: Path) -> str | None:
+    """The run folder's state, None when there is no folder; an unreadable folder counts as "unknown"
+    so that `repro run` gets to say what is wrong with it."""
+    if not path.exists():
+        return None
+    try:
+        return RunDir(path).state
+    except ReproError:
+        return "unknown"
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines()]
+    except FileNotFoundError:
+        return ""
+    lines = [line for line in lines if line]
+    return lines[-1] if lines else ""
+
+
+def _run_cell(cell: Cell, sweep: Sweep, runs_root: Path, extra_args: Sequence[str], python: str) -> CellOutcome:
+    name = cell_name(cell.backbone, cell.method, cell.prompt_set, cell.seed)
+    path = runs_root / name
+    state = _run_state(path)
+    if state == "finished":
+        return CellOutcome(cell, name, "skipped", message="already finished")
+    if state == "running":
+        return CellOutcome(cell, name, "running elsewhere", message="its run folder is locked by a live process")
+    launches = launch_dir(runs_root)
+    launches.mkdir(parents=True, exist_ok=True)
+    fd = os.open(launches / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return CellOutcome(cell, name, "running elsewhere", message="another sweep holds its launch lock")
+        # re-check under the lock: another sweep may have finished the cell since the first look
+        state = _run_state(path)
+        if state == "finished":
+            return CellOutcome(cell, name, "skipped", message="already finished")
+        if state == "running":
+            return CellOutcome(cell, name, "running elsewhere", message="its run folder is locked by a live process")
+        return _launch(cell, name, sweep, runs_root, extra_args, python, fd)
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _launch(
+    cell: Cell, name: str, sweep: Sweep, runs_root: Path, extra_args: Sequence[str], python: str, lock_fd: int
+) -> CellOutcome:
+    launches = launch_dir(runs_root)
+    argv = cell_command(cell, sweep, runs_root, extra_args, python)
+    out_path, err_path, record_path = (launches / f"{name}{ext}" for ext in (".out", ".err", ".json"))
+    record = {
+        "cell": name,
+        "launcher": "local",
+        "host": socket.gethostname(),
+        "sweep": sweep.name,
+        "sweep_pid": os.getpid(),
+        "argv": argv,
+        "stdout": str(out_path),
+        "stderr": str(err_path),
+        "started": _now(),
+        "pid": None,
+        "ended": None,
+        "exit_code": None,
+    }
+    started = time.perf_counter()
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        try:
+            # the child inherits the launch lock, so the cell stays claimed even if this launcher dies
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(lock_fd,))
+        except OSError as exc:
+            record.update(ended=_now(), exit_code=None, error=str(exc))
+            write_text(record_path, json.dumps(record, indent=2) + "\n")
+            return CellOutcome(cell, name, "failed", message=f"cannot start {argv[0]}: {exc}")
+        record["pid"] = proc.pid
+        write_text(record_path, json.dumps(record, indent=2) + "\n")
+        code = proc.wait()
+    seconds = time.perf_counter() - started
+    record.update(ended=_now(), exit_code=code, seconds=round(seconds, 3))
+    write_text(record_path, json.dumps(record, indent=2) + "\n")
+    if code == 0:
+        return CellOutcome(cell, name, "finished", exit_code=0, seconds=seconds, pid=proc.pid)
+    message = _last_line(err_path) or f"exited with {code}; see {err_path}"
+    return CellOutcome(cell, name, "failed", exit_code=code, message=message, seconds=seconds, pid=proc.pid)
+
+
+def run_local(
+    sweep: Sweep,
+    runs_root: str | os.PathLike[str],
+    *,
+    max_parallel: int,
+    extra_args: Sequence[str] = (),
+    python: str = sys.executable,
+) -> SweepReport:
+    """Run every unfinished cell of `sweep` as `python -m repro.cli run ...`, at most `max_parallel` at once.
+
+    The children inherit this process's environment (REPRO_HOME included) and working directory;
+    `extra_args` (e.g. ``["--steps", "20"]``) are appended to every cell's command. Returns one outcome per
+    cell, in the sweep's order, after every launched cell has ended.
+    """
+    if max_parallel < 1:
+        raise ReproError(f"--max-parallel must be at least 1, got {max_parallel}")
+    root = Path(runs_root).absolute()
+    root.mkdir(parents=True, exist_ok=True)
+    cells = sweep.cells()
+    report = SweepReport(root)
+    lock = threading.Lock()  # Popen from several threads is safe; this only orders the results list
+    results: dict[int, CellOutcome] = {}
+
+    def work(index: int, cell: Cell) -> None:
+        outcome = _run_cell(cell, sweep, root, tuple(extra_args), python)
+        with lock:
+            results[index] = outcome
+
+    with ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="repro-sweep") as pool:
+        futures = [pool.submit(work, i, cell) for i, cell in enumerate(cells)]
+        for future in futures:
+            future.result()
+    report.outcomes = [results[i] for i in range(len(cells))]
+    return report

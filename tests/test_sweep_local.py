@@ -1,0 +1,147 @@
+"""The local sweep launcher: every cell once, finished cells skipped, concurrent sweeps split the work,
+failures reported per cell, and `repro status` reading states from the run folders."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+import typer
+
+from repro import sweep_commands
+from repro.errors import ReproError
+from repro.launch.local import run_local
+from repro.rundir import RunDir, cell_name
+from repro.sweep import load_sweep
+
+ARGS = ["--steps", "2", "--batch", "8"]
+METHODS = ("grpo-n4", "seq-pos")
+NAMES = [cell_name("tiny-arith", m, "standard", 0) for m in METHODS]
+
+
+def _sweep_file(tmp_path: Path, methods=METHODS) -> Path:
+    path = tmp_path / "mini.yaml"
+    path.write_text(
+        f"name: mini\nbackbones: [tiny-arith]\nmethods: [{', '.join(methods)}]\nprompt_sets: [standard]\nseeds: [0]\n"
+    )
+    return path
+
+
+def _attempts(run: Path) -> list[dict]:
+    return json.loads((run / "status.json").read_text())["attempts"]
+
+
+def _record(root: Path, name: str) -> dict:
+    return json.loads((root / ".launch" / f"{name}.json").read_text())
+
+
+def _cli(argv: list[str]) -> int:
+    """The two commands wired as repro/cli.py wires them."""
+    app = typer.Typer()
+    app.add_typer(sweep_commands.app, name="sweep")
+    app.command("status")(sweep_commands.status)
+    result = app(args=argv, prog_name="repro", standalone_mode=False)
+    return result if isinstance(result, int) else 0
+
+
+def test_sweep_runs_every_cell_then_skips_them(tiny_env, tmp_path) -> None:
+    sweep = load_sweep(_sweep_file(tmp_path))
+    root = tmp_path / "runs"
+    report = run_local(sweep, root, max_parallel=2, extra_args=ARGS)
+    assert [o.outcome for o in report.outcomes] == ["finished", "finished"], report.outcomes
+    assert [o.name for o in report.outcomes] == NAMES and report.ok
+    records = {}
+    for name in NAMES:
+        assert RunDir(root / name).state == "finished"
+        assert len(_attempts(root / name)) == 1
+        records[name] = _record(root, name)
+        assert records[name]["launcher"] == "local" and records[name]["exit_code"] == 0
+        assert records[name]["pid"] == next(o.pid for o in report.outcomes if o.name == name)
+        assert records[name]["started"] <= records[name]["ended"]
+        assert "--steps" in records[name]["argv"] and "repro.cli" in records[name]["argv"]
+
+    again = run_local(sweep, root, max_parallel=2, extra_args=ARGS)
+    assert [o.outcome for o in again.outcomes] == ["skipped", "skipped"]
+    assert again.launched == [] and again.ok
+    for name in NAMES:
+        assert _record(root, name) == records[name]  # no new launch record
+        assert len(_attempts(root / name)) == 1
+
+
+def test_two_concurrent_sweeps_launch_each_cell_once(tiny_env, tmp_path) -> None:
+    sweep = load_sweep(_sweep_file(tmp_path))
+    root = tmp_path / "runs"
+    barrier = threading.Barrier(2)
+    reports = []
+
+    def go() -> None:
+        barrier.wait()
+        reports.append(run_local(sweep, root, max_parallel=2, extra_args=ARGS))
+
+    threads = [threading.Thread(target=go) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert len(reports) == 2
+    for name in NAMES:
+        outcomes = sorted(o.outcome for r in reports for o in r.outcomes if o.name == name)
+        launched = [o for r in reports for o in r.outcomes if o.name == name and o.launched]
+        assert len(launched) == 1, outcomes
+        assert outcomes[0] == "finished" and outcomes[1] in ("running elsewhere", "skipped"), outcomes
+        assert len(_attempts(root / name)) == 1
+        assert RunDir(root / name).state == "finished"
+        assert _record(root, name)["pid"] == launched[0].pid
+
+
+def test_failed_cell_is_reported_and_the_others_still_run(tiny_env, tmp_path, capsys) -> None:
+    root = tmp_path / "runs"
+    junk = root / NAMES[1]  # a folder that is not a run: `repro run` refuses it with exit 2
+    junk.mkdir(parents=True)
+    (junk / "notes.txt").write_text("mine")
+    sweep = load_sweep(_sweep_file(tmp_path))
+    report = run_local(sweep, root, max_parallel=1, extra_args=ARGS)
+    ok, bad = report.outcomes
+    assert ok.outcome == "finished" and RunDir(root / NAMES[0]).state == "finished"
+    assert bad.outcome == "failed" and bad.exit_code == 2 and not report.ok
+    assert bad.message.startswith("error: ") and "not a repro run directory" in bad.message
+    assert _record(root, NAMES[1])["exit_code"] == 2
+
+    # through the command: a bad --batch fails every cell fast; exit 1 and the reason in the table
+    fresh = tmp_path / "fresh"
+    code = _cli(["sweep", "run", str(_sweep_file(tmp_path)), "--runs-root", str(fresh), "--steps", "2", "--batch", "6"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert out.count("failed") >= 2 and "must be a multiple" in out
+    assert "0 finished, 2 failed" in out
+
+
+def test_status_shows_pending_finished_failed(tmp_path, capsys) -> None:
+    root = tmp_path / "runs"
+    methods = ("grpo-n4", "seq-pos", "est")
+    names = [cell_name("tiny-arith", m, "standard", 0) for m in methods]
+    done = RunDir.prepare(root / names[0], {"x": 1}, ["repro", "run"])
+    done.begin_attempt()
+    done.end_attempt("finished")
+    bad = RunDir.prepare(root / names[1], {"x": 2}, ["repro", "run"])
+    bad.begin_attempt()
+    bad.end_attempt("failed", "RuntimeError: loss is NaN at step 3")
+
+    assert _cli(["status", "--runs-root", str(root), "--sweep", str(_sweep_file(tmp_path, methods))]) == 0
+    lines = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if "tiny-arith__" in line}
+    assert "finished" in lines[names[0]]
+    assert "failed" in lines[names[1]] and "RuntimeError: loss is NaN at step 3" in lines[names[1]]
+    assert "pending" in lines[names[2]]
+
+    assert _cli(["status", "--runs-root", str(root)]) == 0  # without --sweep: only existing runs
+    out = capsys.readouterr().out
+    assert names[0] in out and names[1] in out and names[2] not in out
+
+
+def test_only_the_local_launcher(tmp_path) -> None:
+    with pytest.raises(ReproError, match="the slurm and ray launchers are not available yet; use --launcher local"):
+        _cli(["sweep", "run", str(_sweep_file(tmp_path)), "--launcher", "slurm"])
+    with pytest.raises(ReproError, match="does not exist"):
+        _cli(["sweep", "run", str(tmp_path / "nope.yaml")])
