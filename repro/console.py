@@ -5,6 +5,15 @@ from __future__ import annotations
 import os
 
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 
 def stdout_console(min_width: int = 120) -> Console:
@@ -18,3 +27,17 @@ def stdout_console(min_width: int = 120) -> Console:
 def stderr_console() -> Console:
     """Progress bars and notes go to stderr, so stdout stays clean for tables and --json."""
     return Console(stderr=True)
+
+
+def progress_bar(console: Console, *extra: ProgressColumn, transient: bool = True) -> Progress:
+    """The one progress-bar layout of every long command: what, bar, done/total, extras, elapsed, left."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        *extra,
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=transient,
+    )

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from repro import catalog
-from repro.console import stderr_console, stdout_console
+from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
 
 app = typer.Typer(
@@ -97,15 +96,7 @@ def filter_cmd(
 
         chosen = backend if backend != "auto" else ("vllm" if torch.cuda.is_available() else "transformers")
         generator = make_generator(chosen, model_path, 16 if model == "tiny-arith" else 4096)
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=err,
-            transient=True,
-        ) as progress:
+        with progress_bar(err) as progress:
             task = progress.add_task(f"sampling {model} x{base_samples} per prompt", total=len(rows))
             counts = flt.sample_pass_counts(
                 rows,

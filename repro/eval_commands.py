@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from repro.console import stderr_console, stdout_console
+from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
 
 
@@ -84,15 +83,7 @@ def eval_cmd(
         by_bench: dict[str, list[dict]] = {}
         with (
             Grader(timeout_s=timeout) as grader,
-            Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                console=err,
-                transient=True,
-            ) as progress,
+            progress_bar(err) as progress,
         ):
             task = progress.add_task(f"eval {tgt.label} (problems x samples)", total=total)
             for name, items in problems.items():

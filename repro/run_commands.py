@@ -11,10 +11,10 @@ from typing import Annotated
 
 import typer
 import yaml
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import TextColumn
 
 from repro import catalog
-from repro.console import stderr_console, stdout_console
+from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
 from repro.rundir import RunDir, cell_name
 
@@ -189,14 +189,7 @@ def _train(config, path: Path, overwrite: bool) -> None:
         err.print(note)
     ensure_data(config.data["data_seed"])
     if not (Path(config.model["path"]) / "COMPLETE").exists():
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-        ) as progress:
+        with progress_bar(err) as progress:
             task = progress.add_task("building the tiny-arith model (first use only)", total=spec.sft_steps)
             ensure_tiny_model(spec=spec, progress=lambda _s, done, total: progress.update(task, completed=done))
     metrics_path = rundir.begin_attempt(launcher="local")
@@ -205,14 +198,10 @@ def _train(config, path: Path, overwrite: bool) -> None:
     rewards: list[float] = []
     total = config.train.total_training_steps
     try:
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
+        with progress_bar(
+            err,
             TextColumn("reward {task.fields[reward]:.3f}  samples/step {task.fields[samples]:.0f}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=err,
+            transient=False,
         ) as progress:
             task = progress.add_task(path.name, total=total, reward=0.0, samples=0)
 

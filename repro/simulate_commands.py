@@ -7,13 +7,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from repro import catalog
 from repro.atomic import write_text
-from repro.console import stderr_console, stdout_console
+from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
 from repro.simulate import pass_rates as pr
 from repro.simulate.sampling import simulate_method
@@ -57,18 +55,6 @@ def _rates(
     if alpha is not None:
         return pr.from_beta(alpha, beta)
     return pr.from_pass_at_k(pass_at_1, pass_at_k, k)
-
-
-def _progress(console: Console, enabled: bool) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=not enabled,
-    )
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -135,7 +121,7 @@ def sampling(
     dataset = rates.dataset(dataset_size, np.random.default_rng(seed))
     console = stderr_console()
     results = []
-    with _progress(console, enabled=True) as progress:
+    with progress_bar(console) as progress:
         task = progress.add_task("simulating", total=steps * len(specs))
         for name, spec in specs.items():
             progress.update(task, description=f"simulating {name}")
