@@ -15,9 +15,9 @@ import tempfile
 from pathlib import Path
 
 from repro import catalog, reward
+from repro.cell_config import build_cpu_config
 from repro.local.model import TinyModelSpec, ensure_tiny_model, model_folder
 from repro.local.trainer import CpuTrainer
-from repro.run_commands import build_cpu_config
 from repro.rundir import RunDir
 from repro.tasks.tiny_arith import data_folder, ensure_data
 

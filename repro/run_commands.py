@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import sys
 import time
@@ -14,6 +13,7 @@ import yaml
 from rich.progress import TextColumn
 
 from repro import catalog
+from repro.cell_config import build_cpu_config, parse_sets, resolve_cpu_config, verl_run
 from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
 from repro.rundir import RunDir, cell_name
@@ -27,60 +27,6 @@ class _Terminated(Exception):
 
 def _on_sigterm(signum, frame):
     raise _Terminated()
-
-
-def parse_sets(items: list[str]) -> dict[str, object]:
-    """`--set key=value` pairs; values parsed as YAML scalars (1e-3, true, 8)."""
-    out: dict[str, object] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ReproError(f"--set takes key=value, got {item!r} (e.g. --set lr=1e-3)")
-        value = yaml.safe_load(raw)
-        if isinstance(value, str):
-            with contextlib.suppress(ValueError):
-                value = float(value)  # YAML 1.1 reads 1e-3 as a string
-        out[key.strip()] = value
-    return out
-
-
-def build_cpu_config(
-    model: str,
-    method: str,
-    prompt_set: str,
-    seed: int,
-    steps: int | None,
-    batch: int | None,
-    sets: dict[str, object] | None = None,
-):
-    from repro.local.config import CpuTrainConfig, RunConfig, scaled_record
-    from repro.local.model import TinyModelSpec
-    from repro.tasks.tiny_arith import DATA_VERSION
-
-    method_entry = catalog.get_method(method)
-    train = CpuTrainConfig.from_catalog(
-        {**(sets or {}), "total_training_steps": steps, "train_prompt_batch_size": batch}
-    )
-    spec = method_entry.sampler_spec(seed=seed)
-    model_spec = TinyModelSpec()  # the model is built from seed 0 for every run: runs differ by RL seed only
-    return RunConfig(
-        backbone=model,
-        method=method,
-        prompt_set=prompt_set,
-        seed=seed,
-        train=train,
-        sampler=spec.to_dict(),
-        model={"key": model_spec.key(), "spec": {k: getattr(model_spec, k) for k in model_spec.__dataclass_fields__}},
-        data={
-            "task": "tiny-arith",
-            "version": DATA_VERSION,
-            "data_seed": 0,
-            "prompt_set": prompt_set,
-            "filtered": False,
-            "note": "the unfiltered training pool until `repro data filter` has run",
-        },
-        scaled=scaled_record(train),
-    )
 
 
 def run(
@@ -155,34 +101,24 @@ def run(
             dry_run,
         )
         return
-    config = build_cpu_config(model, method, prompt_set, seed, steps, batch, parse_sets(sets or []))
     path = run_dir or runs_root / cell_name(model, method, prompt_set, seed)
     if dry_run:
+        config = build_cpu_config(model, method, prompt_set, seed, steps, batch, parse_sets(sets or []))
         stdout_console().print(f"# run folder: {path}\n# command: repro {' '.join(sys.argv[1:])}")
         typer.echo(yaml.safe_dump(config.to_dict(), sort_keys=False))
         return
-    _train(config, path, overwrite)
+    config, note = resolve_cpu_config(model, method, prompt_set, seed, steps, batch, parse_sets(sets or []))
+    _train(config, path, overwrite, note)
 
 
-def _train(config, path: Path, overwrite: bool) -> None:
-    from repro.local.model import TinyModelSpec, ensure_tiny_model, model_folder
+def _train(config, path: Path, overwrite: bool, note: str | None) -> None:
+    from repro.launch.attempt import launcher_from_env
+    from repro.local.model import TinyModelSpec, ensure_tiny_model
     from repro.local.trainer import CpuTrainer
-    from repro.paths import repro_home
-    from repro.tasks.tiny_arith import data_folder, ensure_data
+    from repro.tasks.tiny_arith import ensure_data
 
     err = stderr_console()
-    note = None
     spec = TinyModelSpec()
-    config.model["path"] = str(model_folder(spec))
-    filtered = repro_home() / "data" / f"{config.backbone}-{config.prompt_set}"
-    if (filtered / "train.parquet").exists():
-        config.data.update(folder=str(filtered), filtered=True, note="filtered by `repro data filter`")
-    else:
-        config.data["folder"] = str(data_folder(config.data["data_seed"]))
-        note = (
-            f"note: no filtered {config.prompt_set} set in {filtered}; training on the whole pool "
-            "(`repro data filter` builds it)"
-        )
     # validate the run folder before spending a minute building anything
     rundir = RunDir.prepare(path, config.to_dict(), ["repro", *sys.argv[1:]], overwrite=overwrite)
     if note:
@@ -192,7 +128,8 @@ def _train(config, path: Path, overwrite: bool) -> None:
         with progress_bar(err) as progress:
             task = progress.add_task("building the tiny-arith model (first use only)", total=spec.sft_steps)
             ensure_tiny_model(spec=spec, progress=lambda _s, done, total: progress.update(task, completed=done))
-    metrics_path = rundir.begin_attempt(launcher="local")
+    launcher, job_id = launcher_from_env()
+    metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     started = time.perf_counter()
     rewards: list[float] = []
@@ -239,42 +176,30 @@ def _train(config, path: Path, overwrite: bool) -> None:
     )
 
 
-def _gpu_data_files(model: str, prompt_set: str, train_file: Path | None, val_file: Path | None) -> tuple[Path, Path]:
-    """Prompts filtered for this backbone (`repro data filter`), or files the user names."""
-    from repro.paths import repro_home
-
-    folder = repro_home() / "data" / f"{model}-{prompt_set}"
-    return train_file or folder / "train.parquet", val_file or folder / "val.parquet"
-
-
 def _run_verl(
     model, method, prompt_set, seed, path: Path, preset, train_file, val_file, wandb, sets, overwrite, dry_run
 ) -> None:
-    import subprocess
+    from repro.launch.attempt import run_attempt
+    from repro.verl_plugin.config_builder import compose_and_validate, shell_command
 
-    from repro.verl_plugin.config_builder import VerlCell, build_overrides, compose_and_validate, shell_command
-
-    train, val = _gpu_data_files(model, prompt_set, train_file, val_file)
-    cell = VerlCell(
+    spec = verl_run(
         model,
         method,
         prompt_set,
         seed,
+        path,
         preset=preset,
-        train_file=str(train),
-        val_file=str(val),
-        run_dir=path,
-        metrics_file=str(path / "metrics" / "attempt-NNN.jsonl"),
+        train_file=train_file,
+        val_file=val_file,
         wandb=wandb,
-        overrides=sets,
+        sets=sets,
     )
-    overrides = build_overrides(cell)
-    cfg = compose_and_validate(overrides)
+    cfg = compose_and_validate(spec.overrides)
     if dry_run:
         from omegaconf import OmegaConf
 
         stdout_console().print(f"# run folder: {path}\n# command (attempt-NNN is numbered at launch):")
-        typer.echo(shell_command(overrides))
+        typer.echo(shell_command(spec.overrides))
         typer.echo("# resolved verl config (composed against verl's ppo_trainer, validate_config passed):")
         typer.echo(OmegaConf.to_yaml(cfg))
         return
@@ -285,22 +210,12 @@ def _run_verl(
             f"{model} needs CUDA GPUs and none is visible here; use --dry-run to print the command, "
             "or --model tiny-arith on a CPU"
         )
-    for needed in (train, val):
+    for needed in spec.data_files:
         if not needed.exists():
             raise ReproError(
                 f"{needed} does not exist; run `repro data filter --model {model}` or pass --train-file/--val-file"
             )
-    rundir = RunDir.prepare(
-        path,
-        {"cell": cell.name, "preset": preset, "overrides": overrides},
-        ["repro", *sys.argv[1:]],
-        overwrite=overwrite,
-    )
-    metrics_path = rundir.begin_attempt(launcher="local")
-    cell.metrics_file = str(metrics_path)
-    final = build_overrides(cell)
-    (path / "launch.sh").write_text("#!/usr/bin/env bash\nset -euo pipefail\n" + shell_command(final) + "\n")
-    code = subprocess.call(["python", "-m", "repro.verl_plugin.entry", *final])
-    rundir.end_attempt("finished" if code == 0 else "failed", None if code == 0 else f"verl exited with {code}")
+    rundir = RunDir.prepare(path, spec.config, ["repro", *sys.argv[1:]], overwrite=overwrite)
+    code = run_attempt(rundir, spec.trainer_argv())
     if code:
         raise typer.Exit(code)

@@ -12,7 +12,8 @@ import yaml
 from repro import catalog
 from repro.errors import ReproError
 
-_KEYS = {"name", "description", "backbones", "methods", "prompt_sets", "seeds", "preset", "overrides"}
+_KEYS = {"name", "description", "backbones", "methods", "prompt_sets", "seeds", "preset", "overrides", "slurm", "ray"}
+_RAY_KEYS = {"address", "python"}
 PRESETS = ("paper", "released")
 
 
@@ -34,6 +35,8 @@ class Sweep:
     seeds: tuple[int, ...]
     preset: str = "paper"
     overrides: dict[str, Any] = field(default_factory=dict)
+    slurm: dict[str, Any] = field(default_factory=dict)  # sbatch defaults (repro.launch.slurm.SlurmOptions)
+    ray: dict[str, Any] = field(default_factory=dict)  # Jobs API defaults: address, python
 
     def cells(self) -> list[Cell]:
         return [Cell(*combo) for combo in itertools.product(self.backbones, self.methods, self.prompt_sets, self.seeds)]
@@ -76,6 +79,15 @@ def load_sweep(path: str | Path) -> Sweep:
     overrides = data.get("overrides") or {}
     if not isinstance(overrides, dict):
         raise ReproError(f"{path}: 'overrides' must be a mapping of dotted verl keys to values")
+    slurm = data.get("slurm") or {}
+    ray = data.get("ray") or {}
+    if not isinstance(slurm, dict) or not isinstance(ray, dict):
+        raise ReproError(f"{path}: 'slurm' and 'ray' must be mappings (e.g. slurm: {{account: my-acct}})")
+    from repro.launch.slurm import SlurmOptions
+
+    SlurmOptions.from_mapping(slurm, str(path))  # reject a bad option now, not at submission
+    if set(ray) - _RAY_KEYS:
+        raise ReproError(f"{path}: unknown ray options {sorted(set(ray) - _RAY_KEYS)}; valid: {sorted(_RAY_KEYS)}")
     return Sweep(
         name=str(data.get("name") or path.stem),
         description=str(data.get("description") or ""),
@@ -85,4 +97,6 @@ def load_sweep(path: str | Path) -> Sweep:
         seeds=tuple(seeds),
         preset=preset,
         overrides=dict(overrides),
+        slurm=dict(slurm),
+        ray=dict(ray),
     )

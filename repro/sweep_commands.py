@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +14,8 @@ from rich.text import Text
 
 from repro.console import stderr_console, stdout_console
 from repro.errors import ReproError
+from repro.launch.local import LAUNCH_DIR
+from repro.launch.submit import LAUNCHABLE as LAUNCHABLE_DEFAULT
 from repro.rundir import RunDir, cell_name
 
 app = typer.Typer(
@@ -26,6 +30,7 @@ app = typer.Typer(
 )
 
 LAUNCHERS = ("local", "slurm", "ray")
+
 _STYLE = {
     "finished": "green",
     "failed": "red",
@@ -46,58 +51,183 @@ def _default_parallel() -> int:
     return max(1, cores // 1)
 
 
-@app.command("run")
-def run(
-    file: Annotated[Path, typer.Argument(help="Sweep file, e.g. sweeps/tiny.yaml.")],
-    launcher: Annotated[str, typer.Option("--launcher", help="Where cells run: local (subprocesses here).")] = "local",
-    runs_root: Annotated[Path, typer.Option("--runs-root", help="Folder holding one folder per run.")] = Path("runs"),
-    max_parallel: Annotated[
-        int | None,
-        typer.Option("--max-parallel", min=1, help="Cells running at once (default: the number of CPU cores)."),
-    ] = None,
-    steps: Annotated[
-        int | None, typer.Option("--steps", min=1, help="CPU cells: training steps (default: catalog).")
-    ] = None,
-    batch: Annotated[
-        int | None, typer.Option("--batch", min=1, help="CPU cells: prompts per step (default: catalog).")
-    ] = None,
-) -> None:
-    """Run every cell of a sweep file that has not finished yet, and print one line per cell.
+FileArg = Annotated[Path, typer.Argument(help="Sweep file, e.g. sweeps/tiny.yaml.")]
+LauncherOpt = Annotated[
+    str,
+    typer.Option(
+        "--launcher", help="local (subprocesses here), slurm (one sbatch job per cell) or ray (Ray Jobs API)."
+    ),
+]
+RunsRootOpt = Annotated[Path, typer.Option("--runs-root", help="Folder holding one folder per run.")]
+ParallelOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-parallel",
+        min=1,
+        help="Cells in flight at once (local default: the number of CPU cores; slurm/ray default: no limit).",
+    ),
+]
+StepsOpt = Annotated[int | None, typer.Option("--steps", min=1, help="CPU cells: training steps (default: catalog).")]
+BatchOpt = Annotated[int | None, typer.Option("--batch", min=1, help="CPU cells: prompts per step (default: catalog).")]
+WaitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--wait/--no-wait",
+        help="slurm/ray: keep watching until every cell has ended, filling free slots and retrying failures.",
+    ),
+]
+RetriesOpt = Annotated[
+    int, typer.Option("--retries", min=0, help="slurm/ray with --wait: resubmissions of a failed cell.")
+]
+PollOpt = Annotated[float, typer.Option("--poll", min=0.1, help="slurm/ray with --wait: seconds between checks.")]
+DryRunOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="Write (slurm) or print (local, ray) what would be launched, and launch nothing.",
+    ),
+]
+AccountOpt = Annotated[str | None, typer.Option("--account", help="slurm: --account (else the sweep file's).")]
+PartitionOpt = Annotated[str | None, typer.Option("--partition", help="slurm: --partition.")]
+TimeOpt = Annotated[str | None, typer.Option("--time", help="slurm: time limit per cell, e.g. 2-00:00:00.")]
+GpusOpt = Annotated[
+    int | None, typer.Option("--gpus-per-node", min=1, help="slurm: GPUs per node (default: the backbone's).")
+]
+CpusOpt = Annotated[int | None, typer.Option("--cpus-per-task", min=1, help="slurm: CPUs per node.")]
+MemOpt = Annotated[str | None, typer.Option("--mem", help="slurm: memory per node, e.g. 0 (all) or 400G.")]
+RayAddressOpt = Annotated[
+    str | None, typer.Option("--ray-address", help="ray: the Jobs API address (default http://127.0.0.1:8265).")
+]
+PythonOpt = Annotated[
+    str | None, typer.Option("--python", help="ray: the Python interpreter on the cluster (default: python).")
+]
 
-    Each cell is `repro run --model B --method M --prompt-set P --seed S --runs-root RUNS_ROOT`, so a
-    finished cell is skipped and an interrupted one resumes from its last checkpoint: running the same
-    command again only does what is left. Two sweeps started at once split the work instead of doubling
-    it (each cell is claimed through `RUNS_ROOT/.launch/<cell>.lock`; launch records and logs sit beside
-    it). Exit code 1 if any cell failed.
 
-    Examples:
+@dataclass
+class _Launch:
+    file: Path
+    launcher: str
+    runs_root: Path
+    max_parallel: int | None
+    steps: int | None
+    batch: int | None
+    wait: bool
+    retries: int
+    poll: float
+    dry_run: bool
+    slurm_flags: dict
+    ray_flags: dict
 
-      repro sweep run sweeps/tiny.yaml     # the CPU miniature, catalog defaults
 
-      repro sweep run sweeps/tiny.yaml --steps 20 --batch 8 --max-parallel 2
+def _scheduler(args: _Launch, sweep):
+    from repro.launch.ray_jobs import DEFAULT_ADDRESS, RayScheduler
+    from repro.launch.slurm import SlurmOptions, SlurmScheduler
 
-      repro sweep run sweeps/tiny.yaml --runs-root /scratch/runs && repro status --sweep sweeps/tiny.yaml
-    """
-    from repro.launch.local import run_local
+    if args.launcher == "slurm":
+        options = SlurmOptions.from_mapping(sweep.slurm, str(args.file)).merged(**args.slurm_flags)
+        options.check("command line")
+        return SlurmScheduler(options=options, project_dir=Path.cwd())
+    ray = {**sweep.ray, **{k: v for k, v in args.ray_flags.items() if v is not None}}
+    return RayScheduler(address=ray.get("address") or DEFAULT_ADDRESS, python=ray.get("python") or "python")
+
+
+def _launch(args: _Launch, states: tuple[str, ...]) -> None:
+    from repro.launch.plan import CpuOptions
     from repro.sweep import load_sweep
 
-    if launcher != "local":
-        raise ReproError("the slurm and ray launchers are not available yet; use --launcher local")
-    sweep = load_sweep(file)
-    parallel = max_parallel or _default_parallel()
-    extra: list[str] = []
-    if steps is not None:
-        extra += ["--steps", str(steps)]
-    if batch is not None:
-        extra += ["--batch", str(batch)]
+    if args.launcher not in LAUNCHERS:
+        raise ReproError(f"unknown launcher {args.launcher!r}; valid launchers: {', '.join(LAUNCHERS)}")
+    sweep = load_sweep(args.file)
+    options = CpuOptions(args.steps, args.batch)
     cells = sweep.cells()
-    stderr_console().print(
-        f"sweep {sweep.name}: {len(cells)} cells, up to {parallel} at a time, runs in {runs_root} "
-        f"(logs in {runs_root / '.launch'})"
-    )
-    report = run_local(sweep, runs_root, max_parallel=parallel, extra_args=extra)
+    if args.dry_run:
+        _dry_run(args, sweep, options)
+        return
+    if args.launcher == "local":
+        _launch_local(args, sweep, options, states)
+        return
+    from repro.launch.submit import submit_sweep
 
-    table = Table(title=f"sweep {sweep.name} ({file})")
+    scheduler = _scheduler(args, sweep)
+    err = stderr_console()
+    limit = f"at most {args.max_parallel} in flight" if args.max_parallel else "no limit on cells in flight"
+    err.print(f"sweep {sweep.name}: {len(cells)} cells to {args.launcher}, {limit}, runs in {args.runs_root}")
+    report = submit_sweep(
+        sweep,
+        scheduler,
+        args.runs_root,
+        options=options,
+        max_parallel=args.max_parallel,
+        states=states,
+        wait=args.wait,
+        retries=args.retries,
+        poll=args.poll,
+        on_event=lambda line: err.print(line, highlight=False),
+    )
+    table = Table(title=f"sweep {sweep.name} ({args.file}) on {args.launcher}")
+    for column in ("cell", "state", "this command", "job"):
+        table.add_column(column)
+    table.add_column("reason", overflow="fold")
+    for c in report.cells:
+        table.add_row(c.name, Text(c.state, style=_STYLE.get(c.state, "")), c.action, c.job_id or "", Text(c.reason))
+    console = stdout_console()
+    console.print(table)
+    counts: dict[str, int] = {}
+    for c in report.cells:
+        counts[c.state] = counts.get(c.state, 0) + 1
+    console.print(", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+    if not args.wait and any(c.state in ("queued", "running") for c in report.cells):
+        console.print("jobs keep running after this command; `repro status --sweep FILE` follows them")
+    if report.failed:
+        raise typer.Exit(1)
+
+
+def _dry_run(args: _Launch, sweep, options) -> None:
+    import shlex
+
+    from repro.launch.plan import plan_cell
+
+    console = stdout_console()
+    root = args.runs_root.absolute()
+    plans = [plan_cell(cell, sweep, root, options) for cell in sweep.cells()]
+    if args.launcher == "slurm":
+        from repro.atomic import write_text
+        from repro.launch.slurm import render_script
+
+        scheduler = _scheduler(args, sweep)
+        folder = root / LAUNCH_DIR / "dry-run"
+        folder.mkdir(parents=True, exist_ok=True)
+        for plan in plans:
+            text = render_script(plan, scheduler.options, sweep_name=sweep.name, project_dir=Path.cwd())
+            write_text(folder / f"{plan.name}.sbatch", text)
+        console.print(f"wrote {len(plans)} sbatch scripts to {folder} (nothing submitted)")
+        return
+    for plan in plans:
+        console.print(" ".join(shlex.quote(a) for a in plan.argv), soft_wrap=True, highlight=False)
+    console.print(f"# {len(plans)} cells; nothing launched")
+
+
+def _launch_local(args: _Launch, sweep, options, states: tuple[str, ...]) -> None:
+    from repro.launch.local import run_local
+
+    parallel = args.max_parallel or _default_parallel()
+    cells = sweep.cells()
+    only = None
+    if states != LAUNCHABLE_DEFAULT:
+        from repro.launch.state import cell_state
+
+        only = {
+            cell_name(c.backbone, c.method, c.prompt_set, c.seed)
+            for c in cells
+            if cell_state(args.runs_root / cell_name(c.backbone, c.method, c.prompt_set, c.seed)).state in states
+        }
+    stderr_console().print(
+        f"sweep {sweep.name}: {len(cells) if only is None else len(only)} cells, up to {parallel} at a time, "
+        f"runs in {args.runs_root} (logs in {args.runs_root / LAUNCH_DIR})"
+    )
+    report = run_local(sweep, args.runs_root, max_parallel=parallel, extra_args=options.args(), only=only)
+
+    table = Table(title=f"sweep {sweep.name} ({args.file})")
     for column, justify in (("cell", "left"), ("outcome", "left"), ("exit", "right"), ("time", "right")):
         table.add_column(column, justify=justify)
     table.add_column("note", overflow="fold")
@@ -117,30 +247,117 @@ def run(
         raise typer.Exit(1)
 
 
-def _reason(run: RunDir, state: str) -> str:
-    """Why a run is where it is: the last attempt's error, or how many attempts it took."""
-    attempts = run.status().get("attempts") or []
-    last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
-    if state in ("failed", "interrupted") and last.get("error"):
-        return str(last["error"])
-    if state == "interrupted":
-        return "stopped mid-run; `repro run` (or the sweep) again resumes it"
-    if state == "running" and last.get("pid"):
-        return f"pid {last['pid']} on {last.get('host', '?')}"
-    return ""
+@app.command("run")
+def run(
+    file: FileArg,
+    launcher: LauncherOpt = "local",
+    runs_root: RunsRootOpt = Path("runs"),
+    max_parallel: ParallelOpt = None,
+    steps: StepsOpt = None,
+    batch: BatchOpt = None,
+    wait: WaitOpt = False,
+    retries: RetriesOpt = 1,
+    poll: PollOpt = 30.0,
+    dry_run: DryRunOpt = False,
+    account: AccountOpt = None,
+    partition: PartitionOpt = None,
+    time: TimeOpt = None,
+    gpus_per_node: GpusOpt = None,
+    cpus_per_task: CpusOpt = None,
+    mem: MemOpt = None,
+    ray_address: RayAddressOpt = None,
+    python: PythonOpt = None,
+) -> None:
+    """Launch every cell of a sweep file that has not finished yet; print one line per cell.
+
+    Each cell is `repro run --model B --method M --prompt-set P --seed S` (GPU cells: verl behind
+    `python -m repro.launch.attempt`), so a finished cell is skipped and an interrupted or failed one resumes
+    from its last checkpoint: running the same command again only does what is left, and two sweeps
+    started at once split the work (a per-cell lock under `RUNS_ROOT/.launch/`).
+
+    * **local** runs the cells here, `--max-parallel` at a time, and returns when they have ended.
+    * **slurm** writes `RUN/slurm/job.sbatch` per cell (readable, resubmittable with `sbatch`), submits it
+      and records the job id in `RUN/jobs.jsonl`; multi-node cells start a Ray cluster across the allocation
+      first. Options come from the flags, else the sweep file's `slurm:` mapping.
+    * **ray** submits each cell to a running Ray cluster through the Jobs API, uploading this project as
+      the job's working directory.
+
+    With slurm or ray the command returns once the jobs are submitted; `--wait` keeps it watching until
+    every cell has ended, filling free slots (`--max-parallel`) and resubmitting failures (`--retries`).
+    Exit code 1 if any cell failed.
+
+    Examples:
+
+      repro sweep run sweeps/tiny.yaml --steps 20 --max-parallel 2
+
+      repro sweep run sweeps/paper.yaml --launcher slurm --account my-acct --partition gpu --dry-run
+
+      repro sweep run sweeps/paper.yaml --launcher slurm --max-parallel 8 --wait --retries 2
+
+      repro sweep run sweeps/tiny.yaml --launcher ray --ray-address http://head:8265
+    """
+    args = _Launch(
+        file, launcher, runs_root, max_parallel, steps, batch, wait, retries, poll, dry_run,
+        dict(account=account, partition=partition, time=time, gpus_per_node=gpus_per_node,
+             cpus_per_task=cpus_per_task, mem=mem),
+        dict(address=ray_address, python=python),
+    )  # fmt: skip
+    _launch(args, LAUNCHABLE_DEFAULT)
 
 
-def _row(path: Path) -> tuple[str, str, str]:
-    """(state, attempts, reason) of one run folder; a missing folder is a pending cell."""
-    if not path.exists():
-        return "pending", "0", ""
-    run = RunDir(path)
-    try:
-        state = run.state
-        attempts = len(run.status().get("attempts") or [])
-        return state, str(attempts), _reason(run, state)
-    except ReproError as exc:
-        return "unknown", "", str(exc)
+@app.command("retry-failed")
+def retry_failed(
+    file: FileArg,
+    launcher: LauncherOpt = "local",
+    runs_root: RunsRootOpt = Path("runs"),
+    max_parallel: ParallelOpt = None,
+    steps: StepsOpt = None,
+    batch: BatchOpt = None,
+    wait: WaitOpt = False,
+    retries: RetriesOpt = 0,
+    poll: PollOpt = 30.0,
+    account: AccountOpt = None,
+    partition: PartitionOpt = None,
+    time: TimeOpt = None,
+    gpus_per_node: GpusOpt = None,
+    cpus_per_task: CpusOpt = None,
+    mem: MemOpt = None,
+    ray_address: RayAddressOpt = None,
+    python: PythonOpt = None,
+) -> None:
+    """Launch again only the cells of a sweep that failed or were interrupted; each resumes from its last
+    checkpoint. Pending cells are left for `repro sweep run`.
+
+    Examples:
+
+      repro sweep retry-failed sweeps/tiny.yaml
+
+      repro sweep retry-failed sweeps/paper.yaml --launcher slurm --time 1-00:00:00
+    """
+    args = _Launch(
+        file, launcher, runs_root, max_parallel, steps, batch, wait, retries, poll, False,
+        dict(account=account, partition=partition, time=time, gpus_per_node=gpus_per_node,
+             cpus_per_task=cpus_per_task, mem=mem),
+        dict(address=ray_address, python=python),
+    )  # fmt: skip
+    _launch(args, ("failed", "interrupted"))
+
+
+def _cell_names(runs_root: Path, sweep: Path | None, cells: list[str] | None = None) -> list[str]:
+    """The cells a command is about: named ones, a sweep file's, or every run folder under runs_root."""
+    if cells:
+        return list(cells)
+    if sweep is not None:
+        from repro.sweep import load_sweep
+
+        return [cell_name(c.backbone, c.method, c.prompt_set, c.seed) for c in load_sweep(sweep).cells()]
+    if not runs_root.is_dir():
+        raise ReproError(f"{runs_root} does not exist; pass --runs-root, or --sweep to list pending cells")
+    return sorted(
+        p.name
+        for p in runs_root.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and (p / "status.json").exists()
+    )
 
 
 def status(
@@ -149,12 +366,17 @@ def status(
         Path | None,
         typer.Option("--sweep", help="Show this sweep file's cells, pending ones included (default: every run)."),
     ] = None,
+    ask_scheduler: Annotated[
+        bool,
+        typer.Option("--scheduler/--no-scheduler", help="Ask Slurm / Ray about cells whose job is not running."),
+    ] = True,
 ) -> None:
-    """Show every run's state: pending, running, finished, failed or interrupted, with the failure reason.
+    """Show every cell's state: pending, queued, running, finished, failed, interrupted or cancelled, with why.
 
-    States come from the run folders themselves (status.json, and the run's lock for "running"), so this
-    is right whichever launcher or shell started a run; a run whose process died shows as interrupted.
-    With `--sweep`, every cell of the sweep file is listed, those without a run folder as pending.
+    The run folder says what it knows (status.json, and the run's lock for "running"), so this is right
+    whichever launcher or shell started a run; a run whose process died shows as interrupted. For a cell
+    submitted to Slurm or Ray (`RUN/jobs.jsonl`), the scheduler fills in the rest: a job still queued, or
+    one that ended before training could start (its last output line is the reason).
 
     Examples:
 
@@ -164,30 +386,69 @@ def status(
 
       repro status --runs-root /scratch/runs --sweep sweeps/paper.yaml
     """
-    if sweep is not None:
-        from repro.sweep import load_sweep
+    from repro.launch.state import cell_state
 
-        names = [cell_name(c.backbone, c.method, c.prompt_set, c.seed) for c in load_sweep(sweep).cells()]
-    else:
-        if not runs_root.is_dir():
-            raise ReproError(f"{runs_root} does not exist; pass --runs-root, or --sweep to list pending cells")
-        names = sorted(
-            p.name
-            for p in runs_root.iterdir()
-            if p.is_dir() and not p.name.startswith(".") and (p / "status.json").exists()
-        )
-    table = Table(title=f"runs in {runs_root}" + (f" for {sweep}" if sweep else ""))
-    for column, justify in (("cell", "left"), ("state", "left"), ("attempts", "right")):
-        table.add_column(column, justify=justify)
-    table.add_column("reason", overflow="fold")
-    counts: dict[str, int] = {}
-    for name in names:
-        state, attempts, reason = _row(runs_root / name)
-        counts[state] = counts.get(state, 0) + 1
-        table.add_row(name, Text(state, style=_STYLE.get(state, "")), attempts, Text(reason))
+    names = _cell_names(runs_root, sweep)
     console = stdout_console()
     if not names:
         console.print(f"no runs in {runs_root}")
         return
+    table = Table(title=f"runs in {runs_root}" + (f" for {sweep}" if sweep else ""))
+    for column, justify in (("cell", "left"), ("state", "left"), ("attempts", "right"), ("job", "left")):
+        table.add_column(column, justify=justify)
+    table.add_column("reason", overflow="fold")
+    counts: dict[str, int] = {}
+    for name in names:
+        cs = cell_state(runs_root / name, ask_scheduler=ask_scheduler)
+        counts[cs.state] = counts.get(cs.state, 0) + 1
+        job = f"{cs.job['launcher']} {cs.job['job_id']}" if cs.job else ""
+        table.add_row(name, Text(cs.state, style=_STYLE.get(cs.state, "")), str(cs.attempts), job, Text(cs.reason))
     console.print(table)
     console.print(", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+
+
+def cancel(
+    cells: Annotated[list[str] | None, typer.Argument(help="Cell names (run folder names); default: all.")] = None,
+    runs_root: Annotated[Path, typer.Option("--runs-root", help="Folder holding one folder per run.")] = Path("runs"),
+    sweep: Annotated[Path | None, typer.Option("--sweep", help="Cancel this sweep file's cells.")] = None,
+) -> None:
+    """Stop cells that are queued or running: `scancel` for Slurm jobs, stop_job for Ray jobs, SIGTERM for a
+    local `repro run`. A stopped run is recorded as interrupted (or cancelled) and resumes from its last
+    checkpoint when launched again; nothing in its folder is deleted.
+
+    Examples:
+
+      repro cancel --sweep sweeps/paper.yaml
+
+      repro cancel tiny-arith__est__standard__s0
+    """
+    import signal
+
+    from repro.launch.state import cell_state, scheduler_for
+
+    names = _cell_names(runs_root, sweep, cells)
+    console = stdout_console()
+    done = 0
+    for name in names:
+        path = runs_root / name
+        if not path.exists():
+            if cells:
+                raise ReproError(f"{path} does not exist; `repro status` lists the cells")
+            continue
+        cs = cell_state(path)
+        if not cs.active:
+            continue
+        attempts = RunDir(path).status().get("attempts") or []
+        last = attempts[-1] if attempts else {}
+        job = cs.job if cs.job and (cs.state == "queued" or last.get("job_id") == cs.job.get("job_id")) else None
+        if job is not None and (owner := scheduler_for(job)) is not None:
+            owner.cancel(job)
+            console.print(f"{name}: cancelled {job['launcher']} job {job['job_id']}")
+        elif cs.state == "running" and last.get("pid") and last.get("host") == socket.gethostname():
+            os.kill(int(last["pid"]), signal.SIGTERM)
+            console.print(f"{name}: sent SIGTERM to pid {last['pid']}")
+        else:
+            console.print(f"{name}: running on {last.get('host')} (pid {last.get('pid')}); stop it there")
+            continue
+        done += 1
+    console.print(f"{done} cell(s) cancelled" if done else "nothing to cancel: no cell is queued or running")

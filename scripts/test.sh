@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite, from scratch if need be: sets up ./.venv with the dev extra, lints, runs pytest.
+# The whole test suite, from scratch if need be: sets up ./.venv with the dev extra and Debian's Slurm (for the
+# Slurm launcher's tests), lints, runs pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh dev
+bash scripts/setup-slurm.sh
 .venv/bin/ruff check repro tests benchmarks cli.py
 .venv/bin/python -m pytest "$@"

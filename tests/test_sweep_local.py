@@ -4,13 +4,19 @@ failures reported per cell, and `repro status` reading states from the run folde
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 import typer
 
 from repro import sweep_commands
+from repro.cli import main
 from repro.errors import ReproError
 from repro.launch.local import run_local
 from repro.rundir import RunDir, cell_name
@@ -19,6 +25,7 @@ from repro.sweep import load_sweep
 ARGS = ["--steps", "2", "--batch", "8"]
 METHODS = ("grpo-n4", "seq-pos")
 NAMES = [cell_name("tiny-arith", m, "standard", 0) for m in METHODS]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _sweep_file(tmp_path: Path, methods=METHODS) -> Path:
@@ -140,8 +147,55 @@ def test_status_shows_pending_finished_failed(tmp_path, capsys) -> None:
     assert names[0] in out and names[1] in out and names[2] not in out
 
 
-def test_only_the_local_launcher(tmp_path) -> None:
-    with pytest.raises(ReproError, match="the slurm and ray launchers are not available yet; use --launcher local"):
-        _cli(["sweep", "run", str(_sweep_file(tmp_path)), "--launcher", "slurm"])
+def test_missing_sweep_file(tmp_path) -> None:
     with pytest.raises(ReproError, match="does not exist"):
         _cli(["sweep", "run", str(tmp_path / "nope.yaml")])
+
+
+def _steps(run: Path) -> list[int]:
+    return sorted(
+        json.loads(line)["step"]
+        for f in (run / "metrics").glob("attempt-*.jsonl")
+        for line in f.read_text().splitlines()
+    )
+
+
+def test_killed_sweep_resumes_and_retry_failed_relaunches_only_the_interrupted_cell(tiny_env, tmp_path, capsys) -> None:
+    """SIGKILL the whole sweep (launcher and cell) mid-cell; retry-failed resumes that cell only, without
+    losing or repeating a step, and the next `sweep run` does the cell that never started."""
+    steps = 12
+    sweep_file = _sweep_file(tmp_path, ("est", "grpo-n4"))
+    root = tmp_path / "runs"
+    est, grpo = (root / cell_name("tiny-arith", m, "standard", 0) for m in ("est", "grpo-n4"))
+    common = ["--runs-root", str(root), "--steps", str(steps), "--batch", "8", "--max-parallel", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "repro.cli", "sweep", "run", str(sweep_file), *common],
+        cwd=ROOT,
+        env=tiny_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.time() + 240
+    while time.time() < deadline and len(_steps(est) if (est / "metrics").exists() else []) < 4:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    cell_pid = json.loads((est / "status.json").read_text())["attempts"][-1]["pid"]
+    while time.time() < deadline and Path(f"/proc/{cell_pid}").exists():  # the cell dies a moment later
+        time.sleep(0.1)
+    first = _steps(est)
+    assert 4 <= len(first) < steps and not grpo.exists()
+    capsys.readouterr()
+    assert main(["status", "--runs-root", str(root), "--sweep", str(sweep_file)]) == 0
+    rows = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if "tiny-arith__" in line}
+    assert "interrupted" in rows[est.name] and "pending" in rows[grpo.name]
+
+    assert main(["sweep", "retry-failed", str(sweep_file), *common]) == 0
+    assert RunDir(est).state == "finished" and not grpo.exists()  # pending cells are not retried
+    assert _steps(est) == list(range(1, steps + 1))  # every step exactly once
+    attempts = json.loads((est / "status.json").read_text())["attempts"]
+    assert [a["state"] for a in attempts] == ["interrupted", "finished"]
+
+    assert main(["sweep", "run", str(sweep_file), *common]) == 0
+    assert RunDir(grpo).state == "finished" and len(json.loads((est / "status.json").read_text())["attempts"]) == 2

@@ -31,6 +31,7 @@ from pathlib import Path
 from repro import catalog
 from repro.atomic import write_text
 from repro.errors import ReproError
+from repro.launch.plan import CpuOptions, cpu_argv
 from repro.rundir import RunDir, cell_name
 from repro.sweep import Cell, Sweep
 
@@ -85,27 +86,11 @@ def launch_dir(runs_root: Path) -> Path:
 
 
 def cell_command(cell: Cell, sweep: Sweep, runs_root: Path, extra_args: Sequence[str], python: str) -> list[str]:
-    """The `repro run` command line of one cell (module form, so no console script is needed)."""
-    argv = [
-        python,
-        "-m",
-        "repro.cli",
-        "run",
-        "--model",
-        cell.backbone,
-        "--method",
-        cell.method,
-        "--prompt-set",
-        cell.prompt_set,
-        "--seed",
-        str(cell.seed),
-        "--runs-root",
-        str(runs_root),
-    ]
+    """The `repro run` command line of one cell (module form, so no console script is needed); GPU cells
+    go through `repro run` too, which numbers the attempt and starts verl on this machine."""
+    argv = cpu_argv(cell, sweep, runs_root, CpuOptions(), python)
     if catalog.get_backbone(cell.backbone).device != "cpu":
         argv += ["--preset", sweep.preset]
-    for key, value in sweep.overrides.items():
-        argv += ["--set", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
     return [*argv, *extra_args]
 
 
@@ -206,18 +191,19 @@ def run_local(
     max_parallel: int,
     extra_args: Sequence[str] = (),
     python: str = sys.executable,
+    only: set[str] | None = None,
 ) -> SweepReport:
     """Run every unfinished cell of `sweep` as `python -m repro.cli run ...`, at most `max_parallel` at once.
 
     The children inherit this process's environment (REPRO_HOME included) and working directory;
     `extra_args` (e.g. ``["--steps", "20"]``) are appended to every cell's command. Returns one outcome per
-    cell, in the sweep's order, after every launched cell has ended.
+    cell (of `only`, when given: cell names), in the sweep's order, after every launched cell has ended.
     """
     if max_parallel < 1:
         raise ReproError(f"--max-parallel must be at least 1, got {max_parallel}")
     root = Path(runs_root).absolute()
     root.mkdir(parents=True, exist_ok=True)
-    cells = sweep.cells()
+    cells = [c for c in sweep.cells() if only is None or cell_name(c.backbone, c.method, c.prompt_set, c.seed) in only]
     report = SweepReport(root)
     lock = threading.Lock()  # Popen from several threads is safe; this only orders the results list
     results: dict[int, CellOutcome] = {}

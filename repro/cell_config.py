@@ -1,0 +1,162 @@
+"""The config a cell's run folder records, for either path; `repro run` and the launchers share it, so a
+run folder prepared at submission is the one the job's `repro run` resumes (same config, no refusal)."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from repro import catalog
+from repro.errors import ReproError
+
+
+def parse_sets(items: list[str]) -> dict[str, object]:
+    """`--set key=value` pairs; values parsed as YAML scalars (1e-3, true, 8)."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ReproError(f"--set takes key=value, got {item!r} (e.g. --set lr=1e-3)")
+        value = yaml.safe_load(raw)
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value)  # YAML 1.1 reads 1e-3 as a string
+        out[key.strip()] = value
+    return out
+
+
+def build_cpu_config(
+    model: str,
+    method: str,
+    prompt_set: str,
+    seed: int,
+    steps: int | None,
+    batch: int | None,
+    sets: dict[str, object] | None = None,
+):
+    from repro.local.config import CpuTrainConfig, RunConfig, scaled_record
+    from repro.local.model import TinyModelSpec
+    from repro.tasks.tiny_arith import DATA_VERSION
+
+    method_entry = catalog.get_method(method)
+    train = CpuTrainConfig.from_catalog(
+        {**(sets or {}), "total_training_steps": steps, "train_prompt_batch_size": batch}
+    )
+    spec = method_entry.sampler_spec(seed=seed)
+    model_spec = TinyModelSpec()  # the model is built from seed 0 for every run: runs differ by RL seed only
+    return RunConfig(
+        backbone=model,
+        method=method,
+        prompt_set=prompt_set,
+        seed=seed,
+        train=train,
+        sampler=spec.to_dict(),
+        model={"key": model_spec.key(), "spec": {k: getattr(model_spec, k) for k in model_spec.__dataclass_fields__}},
+        data={
+            "task": "tiny-arith",
+            "version": DATA_VERSION,
+            "data_seed": 0,
+            "prompt_set": prompt_set,
+            "filtered": False,
+            "note": "the unfiltered training pool until `repro data filter` has run",
+        },
+        scaled=scaled_record(train),
+    )
+
+
+def resolve_cpu_config(
+    model: str,
+    method: str,
+    prompt_set: str,
+    seed: int,
+    steps: int | None,
+    batch: int | None,
+    sets: dict[str, object] | None = None,
+):
+    """`build_cpu_config` plus where the model and data live on this machine; the note says when the run
+    falls back to the unfiltered pool."""
+    from repro.local.model import TinyModelSpec, model_folder
+    from repro.paths import repro_home
+    from repro.tasks.tiny_arith import data_folder
+
+    config = build_cpu_config(model, method, prompt_set, seed, steps, batch, sets)
+    config.model["path"] = str(model_folder(TinyModelSpec()))
+    filtered = repro_home() / "data" / f"{model}-{prompt_set}"
+    if (filtered / "train.parquet").exists():
+        config.data.update(folder=str(filtered), filtered=True, note="filtered by `repro data filter`")
+        return config, None
+    config.data["folder"] = str(data_folder(config.data["data_seed"]))
+    note = (
+        f"note: no filtered {prompt_set} set in {filtered}; training on the whole pool (`repro data filter` builds it)"
+    )
+    return config, note
+
+
+def gpu_data_files(model: str, prompt_set: str, train_file: Path | None, val_file: Path | None) -> tuple[Path, Path]:
+    """Prompts filtered for this backbone (`repro data filter`), or files the user names."""
+    from repro.paths import repro_home
+
+    folder = repro_home() / "data" / f"{model}-{prompt_set}"
+    return train_file or folder / "train.parquet", val_file or folder / "val.parquet"
+
+
+@dataclass
+class VerlRun:
+    """A GPU cell as its run folder records it: the config for RunDir.prepare and the trainer command
+    (metrics file still ``attempt-NNN.jsonl``; `repro.launch.attempt` numbers it)."""
+
+    config: dict[str, Any]
+    overrides: list[str]
+    nnodes: int
+    gpus_per_node: int
+    data_files: tuple[Path, Path]  # train, validation
+
+    def trainer_argv(self, python: str = "python") -> list[str]:
+        from repro.verl_plugin.config_builder import ENTRY_MODULE
+
+        return [python, "-m", ENTRY_MODULE, *self.overrides]
+
+
+def verl_run(
+    model: str,
+    method: str,
+    prompt_set: str,
+    seed: int,
+    path: Path,
+    *,
+    preset: str = "paper",
+    train_file: Path | None = None,
+    val_file: Path | None = None,
+    wandb: bool = False,
+    sets: dict[str, Any] | None = None,
+) -> VerlRun:
+    from repro.launch.attempt import PLACEHOLDER
+    from repro.verl_plugin.config_builder import VerlCell, build_overrides
+
+    train, val = gpu_data_files(model, prompt_set, train_file, val_file)
+    cell = VerlCell(
+        model,
+        method,
+        prompt_set,
+        seed,
+        preset=preset,
+        train_file=str(train),
+        val_file=str(val),
+        run_dir=Path(path),
+        metrics_file=str(Path(path) / "metrics" / PLACEHOLDER),
+        wandb=wandb,
+        overrides=dict(sets or {}),
+    )
+    overrides = build_overrides(cell)
+    values = dict(item.split("=", 1) for item in overrides)
+    return VerlRun(
+        config={"cell": cell.name, "preset": preset, "overrides": overrides},
+        overrides=overrides,
+        nnodes=int(values.get("trainer.nnodes", 1)),
+        gpus_per_node=int(values.get("trainer.n_gpus_per_node", 8)),
+        data_files=(train, val),
+    )

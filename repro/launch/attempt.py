@@ -1,0 +1,85 @@
+"""One attempt of a verl run: lock the run folder, number the attempt, run the trainer, record how it ended.
+
+`repro run` (GPU backbones) and the generated Slurm / Ray job scripts all start verl through this, so the
+trainer command a job script shows is exactly the config builder's, with ``attempt-NNN.jsonl`` standing
+for the metrics file that only exists once the attempt is numbered::
+
+    python -m repro.launch.attempt RUN_DIR -- python -m repro.verl_plugin.entry <overrides>
+
+Which launcher started the attempt, and its job id, come from the environment (``REPRO_LAUNCHER``,
+``REPRO_JOB_ID``), which every launcher sets, so status.json says where each attempt ran.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from repro.errors import ReproError
+from repro.rundir import RunDir
+
+PLACEHOLDER = "attempt-NNN.jsonl"
+LAUNCHER_ENV = "REPRO_LAUNCHER"
+JOB_ID_ENV = "REPRO_JOB_ID"
+
+
+def launcher_from_env() -> tuple[str, str | None]:
+    """(launcher, job id) for an attempt record: what the launcher exported, else a plain local run."""
+    return os.environ.get(LAUNCHER_ENV) or "local", os.environ.get(JOB_ID_ENV) or None
+
+
+def run_attempt(rundir: RunDir, argv: Sequence[str]) -> int:
+    """Run `argv` as the next attempt of `rundir` and return its exit code.
+
+    SIGTERM (what `scancel` and Ray's stop_job send) is passed on to the trainer, and the attempt is then
+    recorded as interrupted, so the next launch resumes from the last checkpoint.
+    """
+    launcher, job_id = launcher_from_env()
+    metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id)
+    final = [part.replace(PLACEHOLDER, metrics_path.name) for part in argv]
+    stopped: list[int] = []
+    proc: subprocess.Popen | None = None
+
+    def forward(signum: int, _frame: object) -> None:
+        stopped.append(signum)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        rundir.set_attempt(command=final)
+        proc = subprocess.Popen(final)
+        code = proc.wait()
+    except BaseException as exc:
+        rundir.end_attempt("failed", f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if stopped:
+        rundir.end_attempt("interrupted", f"stopped by signal {stopped[0]}")
+    elif code == 0:
+        rundir.end_attempt("finished")
+    else:
+        rundir.end_attempt("failed", f"{Path(final[0]).name} {' '.join(final[1:3])} exited with {code}")
+    return code
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if args is None else args)
+    if len(args) < 3 or args[1] != "--":
+        print("usage: python -m repro.launch.attempt RUN_DIR -- COMMAND...", file=sys.stderr)
+        return 2
+    try:
+        return run_attempt(RunDir(args[0]), args[2:])
+    except ReproError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""What a launcher needs to start one cell anywhere: its run folder, the config that folder records, and
+the command the job runs. Every launcher (local, Slurm, Ray) starts cells from this, so a cell's job does
+the same thing whichever scheduler runs it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from repro import catalog
+from repro.cell_config import VerlRun, parse_sets, resolve_cpu_config, verl_run
+from repro.launch.attempt import PLACEHOLDER
+from repro.rundir import cell_name
+from repro.sweep import Cell, Sweep
+
+
+@dataclass(frozen=True)
+class CpuOptions:
+    """Per-sweep CPU knobs that the command line may set (`repro sweep run --steps/--batch`)."""
+
+    steps: int | None = None
+    batch: int | None = None
+
+    def args(self) -> list[str]:
+        out: list[str] = []
+        if self.steps is not None:
+            out += ["--steps", str(self.steps)]
+        if self.batch is not None:
+            out += ["--batch", str(self.batch)]
+        return out
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    cell: Cell
+    name: str
+    run_dir: Path
+    config: dict[str, Any]  # what RunDir.prepare records; the job's own `repro run` / attempt finds the same
+    argv: list[str]  # the job's command; argv[0] is the Python interpreter
+    gpu: VerlRun | None  # None for CPU backbones
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.gpu is not None
+
+
+def _set_args(overrides: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for key, value in overrides.items():
+        out += ["--set", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
+    return out
+
+
+def cpu_argv(cell: Cell, sweep: Sweep, runs_root: Path, options: CpuOptions, python: str) -> list[str]:
+    """`repro run` for one CPU cell, in module form so no console script is needed."""
+    return [
+        python,
+        "-m",
+        "repro.cli",
+        "run",
+        "--model",
+        cell.backbone,
+        "--method",
+        cell.method,
+        "--prompt-set",
+        cell.prompt_set,
+        "--seed",
+        str(cell.seed),
+        "--runs-root",
+        str(runs_root),
+        *_set_args(sweep.overrides),
+        *options.args(),
+    ]
+
+
+def attempt_argv(run_dir: Path, trainer: Sequence[str], python: str) -> list[str]:
+    return [python, "-m", "repro.launch.attempt", str(run_dir), "--", *trainer]
+
+
+def plan_cell(
+    cell: Cell, sweep: Sweep, runs_root: str | Path, options: CpuOptions | None = None, python: str = "python"
+) -> CellPlan:
+    """The plan of one cell. CPU configs resolve this machine's model and data folders, so plan CPU cells
+    on a machine that shares $REPRO_HOME with the one that runs them (a cluster's shared filesystem)."""
+    options = options or CpuOptions()
+    root = Path(runs_root).absolute()
+    name = cell_name(cell.backbone, cell.method, cell.prompt_set, cell.seed)
+    run_dir = root / name
+    if catalog.get_backbone(cell.backbone).device == "cpu":
+        argv = cpu_argv(cell, sweep, root, options, python)
+        sets = parse_sets([a for prev, a in itertools.pairwise(argv) if prev == "--set"])
+        config, _note = resolve_cpu_config(
+            cell.backbone, cell.method, cell.prompt_set, cell.seed, options.steps, options.batch, sets
+        )
+        return CellPlan(cell, name, run_dir, config.to_dict(), argv, None)
+    spec = verl_run(
+        cell.backbone, cell.method, cell.prompt_set, cell.seed, run_dir, preset=sweep.preset, sets=sweep.overrides
+    )
+    return CellPlan(cell, name, run_dir, spec.config, attempt_argv(run_dir, spec.trainer_argv(), python), spec)
+
+
+__all__ = ["PLACEHOLDER", "CellPlan", "CpuOptions", "attempt_argv", "cpu_argv", "plan_cell"]

@@ -1,0 +1,110 @@
+"""The Ray launcher: each cell is one job on an existing Ray cluster, submitted through the Jobs API.
+
+The runtime environment uploads this project (working_dir, minus virtual environments, runs and results)
+so the cluster runs exactly the submitter's code, and sets REPRO_LAUNCHER / REPRO_JOB_ID so the run
+folder's attempts name their job. The submission id is chosen here (``repro-<cell>-<n>``), so it is on
+disk in jobs.jsonl before the cluster could start anything.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro.errors import ReproError
+from repro.launch.jobs import JobState, job_records, now
+from repro.launch.plan import CellPlan
+from repro.paths import repro_home
+
+DEFAULT_ADDRESS = "http://127.0.0.1:8265"
+# Never uploaded: environments, caches, outputs (working_dir uses .gitignore-style patterns).
+EXCLUDES = [".venv/", ".git/", "runs/", "results/", "**/__pycache__/", "*.egg-info/", ".ruff_cache/", ".pytest_cache/"]
+_STATES = {
+    "PENDING": "queued",
+    "RUNNING": "running",
+    "SUCCEEDED": "finished",
+    "FAILED": "failed",
+    "STOPPED": "cancelled",
+}
+
+
+def _client(address: str):
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(address)
+    except Exception as exc:  # ray raises ConnectionError, RuntimeError or ValueError here
+        raise ReproError(
+            f"cannot reach the Ray Jobs API at {address} ({' '.join(str(exc).split())[:200]}); "
+            "pass --ray-address http://HEAD:8265 (the dashboard port)"
+        ) from None
+
+
+@dataclass
+class RayScheduler:
+    address: str = DEFAULT_ADDRESS
+    project_dir: Path = field(default_factory=Path.cwd)
+    python: str = "python"  # the interpreter on the cluster's nodes
+    home: Path | None = None  # $REPRO_HOME on the cluster (default: this machine's)
+    name: str = "ray"
+
+    def runtime_env(self, job_id: str) -> dict[str, Any]:
+        return {
+            "working_dir": str(self.project_dir),
+            "excludes": EXCLUDES,
+            "env_vars": {
+                "REPRO_LAUNCHER": "ray",
+                "REPRO_JOB_ID": job_id,
+                "REPRO_HOME": str(Path(self.home or repro_home()).absolute()),
+                "PYTHONUNBUFFERED": "1",
+            },
+        }
+
+    def submit(self, plan: CellPlan, sweep_name: str) -> dict[str, Any]:
+        import shlex
+
+        n = len(job_records(plan.run_dir)) + 1
+        job_id = re.sub(r"[^A-Za-z0-9_.-]", "-", f"repro-{plan.name}-{n}-{now()}")
+        entrypoint = " ".join(shlex.quote(a) for a in [self.python, *plan.argv[1:]])
+        try:
+            _client(self.address).submit_job(
+                entrypoint=entrypoint, submission_id=job_id, runtime_env=self.runtime_env(job_id)
+            )
+        except ReproError:
+            raise
+        except Exception as exc:
+            raise ReproError(f"Ray refused the job for {plan.name}: {' '.join(str(exc).split())[:300]}") from None
+        return {
+            "launcher": "ray",
+            "job_id": job_id,
+            "submitted": now(),
+            "sweep": sweep_name,
+            "address": self.address,
+            "entrypoint": entrypoint,
+        }
+
+    def state(self, record: dict[str, Any]) -> JobState:
+        try:
+            client = _client(record.get("address") or self.address)
+            status = client.get_job_status(record["job_id"])
+        except ReproError as exc:
+            return JobState("unknown", str(exc))
+        except Exception as exc:  # an unknown id (a restarted cluster) raises
+            return JobState("unknown", " ".join(str(exc).split())[:200])
+        word = str(getattr(status, "value", status))
+        return JobState(_STATES.get(word, "unknown"), word)
+
+    def cancel(self, record: dict[str, Any]) -> None:
+        client = _client(record.get("address") or self.address)
+        try:
+            client.stop_job(record["job_id"])
+        except Exception as exc:
+            raise ReproError(f"Ray could not stop {record['job_id']}: {' '.join(str(exc).split())[:200]}") from None
+
+    def logs(self, record: dict[str, Any]) -> str:
+        try:
+            return _client(record.get("address") or self.address).get_job_logs(record["job_id"])
+        except Exception:
+            return ""

@@ -1,0 +1,227 @@
+"""The Slurm launcher: one readable `sbatch` script per cell, kept in the run folder for resubmission.
+
+GPU cells run `python -m repro.launch.attempt RUN -- <the config builder's trainer command>`; a cell on
+more than one node first starts a Ray cluster across the allocation (head on the first node, one worker
+per other node, each `ray start --block` inside its own `srun` step), waits until every GPU has joined,
+and points verl at it through RAY_ADDRESS. CPU cells run `python -m repro.cli run ...`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from repro.atomic import write_text
+from repro.errors import ReproError
+from repro.launch.jobs import JobState, now
+from repro.launch.plan import CellPlan
+from repro.paths import repro_home
+
+SCRIPT_NAME = "job.sbatch"
+SLURM_DIR = "slurm"  # inside the run folder: the script and the jobs' output files
+RAY_PORT = 6379
+_TIME_RE = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
+
+_QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED"}
+_RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING", "STOPPED"}
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """sbatch options; from `repro sweep run` flags, else the sweep file's `slurm:` mapping, else these."""
+
+    account: str | None = None
+    partition: str | None = None
+    time: str = "3-00:00:00"  # a paper cell: ~600 steps at 50-220 s/step on 8xH100 (Table 2)
+    gpus_per_node: int | None = None  # default: the backbone's n_gpus_per_node (catalog)
+    cpus_per_task: int | None = None  # default: 8 per GPU for GPU cells, 2 for CPU cells
+    mem: str | None = None  # e.g. "0" (all of the node) or "200G"; default: the cluster's
+    extra: tuple[str, ...] = field(default_factory=tuple)  # further "#SBATCH" options, e.g. "--qos=high"
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], where: str) -> SlurmOptions:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ReproError(f"{where}: unknown slurm options {unknown}; valid: {sorted(known)}")
+        values = dict(data)
+        if "extra" in values:
+            extra = values["extra"]
+            if not isinstance(extra, list) or not all(isinstance(x, str) for x in extra):
+                raise ReproError(f"{where}: slurm.extra must be a list of sbatch options like '--qos=high'")
+            values["extra"] = tuple(extra)
+        options = cls(**values)
+        options.check(where)
+        return options
+
+    def merged(self, **flags: Any) -> SlurmOptions:
+        """These options with every flag that was given (not None) on top."""
+        given = {k: v for k, v in flags.items() if v is not None and v != ()}
+        return SlurmOptions(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **given})
+
+    def check(self, where: str = "slurm options") -> None:
+        if not isinstance(self.time, str) or not _TIME_RE.match(self.time):
+            raise ReproError(f"{where}: time {self.time!r} is not a Slurm time such as 3-00:00:00 or 90:00")
+        for name in ("gpus_per_node", "cpus_per_task"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ReproError(f"{where}: {name} must be a positive integer, got {value!r}")
+
+
+def _q(value: str | os.PathLike[str]) -> str:
+    return shlex.quote(str(value))
+
+
+def _command_line(argv: list[str]) -> str:
+    """One word per line after the module name, so a 70-override verl command stays readable."""
+    head = max((i + 2 for i, a in enumerate(argv) if a == "-m"), default=len(argv))
+    words = [" ".join(_q(a) for a in argv[:head]), *(_q(a) for a in argv[head:])]
+    return " \\\n    ".join(words)
+
+
+def ray_bootstrap(nnodes: int, gpus_per_node: int) -> list[str]:
+    """Bash lines that start Ray on every node of the allocation and wait for all of its GPUs."""
+    total = nnodes * gpus_per_node
+    return [
+        f"# multi-node: a Ray cluster across the {nnodes} nodes of this allocation, then verl on the head node",
+        'mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+        'head_node="${nodes[0]}"',
+        'head_ip="$(srun --nodes=1 --ntasks=1 -w "$head_node" hostname --ip-address | awk \'{print $1}\')"',
+        f'ray_address="$head_ip:{RAY_PORT}"',
+        'srun --nodes=1 --ntasks=1 --overlap -w "$head_node" ray start --head --node-ip-address="$head_ip" '
+        f'--port={RAY_PORT} --num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus={gpus_per_node} --block &',
+        "sleep 10",
+        'for node in "${nodes[@]:1}"; do',
+        '  srun --nodes=1 --ntasks=1 --overlap -w "$node" ray start --address="$ray_address" '
+        f'--num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus={gpus_per_node} --block &',
+        "done",
+        f'python -m repro.launch.wait_ray --address "$ray_address" --resource GPU --count {total} --timeout 900',
+        'export RAY_ADDRESS="$ray_address"',
+    ]
+
+
+def render_script(
+    plan: CellPlan,
+    options: SlurmOptions,
+    *,
+    sweep_name: str,
+    project_dir: str | os.PathLike[str],
+    python_bin: str | os.PathLike[str] | None = None,
+    home: str | os.PathLike[str] | None = None,
+) -> str:
+    """The sbatch script of one cell. `python_bin` is the folder whose `python` the job uses (the
+    project's virtual environment on the shared filesystem); `home` is $REPRO_HOME for the job."""
+    options.check()
+    python_bin = Path(python_bin or Path(sys.executable).parent)
+    home = Path(home or repro_home()).absolute()
+    out_dir = plan.run_dir / SLURM_DIR
+    nnodes = plan.gpu.nnodes if plan.gpu else 1
+    gpus = (options.gpus_per_node or plan.gpu.gpus_per_node) if plan.gpu else 0
+    cpus = options.cpus_per_task or (8 * gpus if gpus else 2)
+    sbatch = [
+        f"--job-name=repro-{plan.name}",
+        f"--output={out_dir}/slurm-%j.out",
+        f"--nodes={nnodes}",
+        "--ntasks-per-node=1",
+        f"--cpus-per-task={cpus}",
+        f"--time={options.time}",
+    ]
+    if gpus:
+        sbatch.append(f"--gpus-per-node={gpus}")
+    if options.account:
+        sbatch.append(f"--account={options.account}")
+    if options.partition:
+        sbatch.append(f"--partition={options.partition}")
+    if options.mem:
+        sbatch.append(f"--mem={options.mem}")
+    sbatch += list(options.extra)
+    argv = ["python", *plan.argv[1:]]  # `python` from python_bin, which PATH puts first
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# repro cell {plan.name} (sweep {sweep_name}), written by `repro sweep run --launcher slurm`.",
+        f"# Resubmit by hand with: sbatch {plan.run_dir / SLURM_DIR / SCRIPT_NAME}",
+        *(f"#SBATCH {opt}" for opt in sbatch),
+        "set -euo pipefail",
+        f"cd {_q(project_dir)}",
+        f'export PATH={_q(python_bin)}:"$PATH"',
+        f"export REPRO_HOME={_q(home)}",
+        "export REPRO_LAUNCHER=slurm",
+        'export REPRO_JOB_ID="$SLURM_JOB_ID"',
+        "export PYTHONUNBUFFERED=1",
+    ]
+    if nnodes > 1:
+        lines += ray_bootstrap(nnodes, gpus)
+    lines += ["# the cell (an interrupted run resumes from its last checkpoint):", _command_line(argv), ""]
+    return "\n".join(lines)
+
+
+def script_path(plan: CellPlan) -> Path:
+    return plan.run_dir / SLURM_DIR / SCRIPT_NAME
+
+
+def _run(argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
+    if shutil.which(argv[0]) is None:
+        raise ReproError(f"{argv[0]} is not on PATH; run the Slurm launcher on a Slurm login node")
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise ReproError(f"`{' '.join(argv)}` did not answer within {timeout:.0f}s; is slurmctld up?") from None
+
+
+@dataclass
+class SlurmScheduler:
+    options: SlurmOptions = field(default_factory=SlurmOptions)
+    project_dir: Path = field(default_factory=Path.cwd)
+    python_bin: Path | None = None
+    name: str = "slurm"
+
+    def write_script(self, plan: CellPlan, sweep_name: str) -> Path:
+        path = script_path(plan)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = render_script(
+            plan, self.options, sweep_name=sweep_name, project_dir=self.project_dir, python_bin=self.python_bin
+        )
+        write_text(path, text)
+        path.chmod(0o755)
+        return path
+
+    def submit(self, plan: CellPlan, sweep_name: str) -> dict[str, Any]:
+        path = self.write_script(plan, sweep_name)
+        result = _run(["sbatch", "--parsable", str(path)])
+        if result.returncode != 0:
+            raise ReproError(f"sbatch refused {path}: {(result.stderr or result.stdout).strip()[:300]}")
+        job_id = result.stdout.strip().split(";")[0]
+        return {"launcher": "slurm", "job_id": job_id, "submitted": now(), "sweep": sweep_name, "script": str(path)}
+
+    def state(self, record: dict[str, Any]) -> JobState:
+        job_id = str(record["job_id"])
+        try:
+            result = _run(["scontrol", "show", "job", job_id, "-o"])
+        except ReproError as exc:
+            return JobState("unknown", str(exc))
+        if result.returncode != 0:  # Slurm forgets a job MinJobAge (300 s) after it ends
+            return JobState("unknown", "no longer known to Slurm")
+        match = re.search(r"\bJobState=(\S+)", result.stdout)
+        word = match.group(1) if match else "?"
+        if word in _QUEUED:
+            return JobState("queued", word)
+        if word in _RUNNING:
+            return JobState("running", word)
+        if word == "COMPLETED":
+            return JobState("finished", word)
+        if word == "CANCELLED":
+            return JobState("cancelled", word)
+        reason = re.search(r"\bReason=(\S+)", result.stdout)
+        return JobState("failed", word + (f" ({reason.group(1)})" if reason and reason.group(1) != "None" else ""))
+
+    def cancel(self, record: dict[str, Any]) -> None:
+        result = _run(["scancel", str(record["job_id"])])
+        if result.returncode != 0:
+            raise ReproError(f"scancel {record['job_id']} failed: {result.stderr.strip()[:300]}")

@@ -1,0 +1,143 @@
+"""Real schedulers for the launcher tests, brought up as ../shared/spec/LAUNCH.md shows and stopped by pid.
+
+Slurm: Debian's slurm-wlm (installed by `.ci/run`), one node, with a private slurm.conf, spool and log
+folders under a temporary directory (SLURM_CONF points the client commands at it; non-default ports so a
+cluster the machine may already run is left alone). munged is started only if it is not running, and
+then stopped. Ray: `ray start --head` on 127.0.0.1 (ports 6380 / 8266), stopped with `ray stop`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+SLURM_CONF = """\
+ClusterName=repro-test
+SlurmctldHost=localhost
+SlurmUser=root
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+StateSaveLocation={root}/spool/ctld
+SlurmdSpoolDir={root}/spool/d
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd.log
+SlurmctldPort=16817
+SlurmdPort=16818
+ReturnToService=2
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+NodeName=localhost CPUs={cpus} RealMemory=20000 State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def _stop(proc: subprocess.Popen, timeout: float = 15) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _munged_running() -> bool:
+    return subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0
+
+
+def _start_munge() -> subprocess.Popen | None:
+    if _munged_running():
+        return None
+    for folder in ("/etc/munge", "/run/munge", "/var/lib/munge", "/var/log/munge"):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    if not Path("/etc/munge/munge.key").exists():
+        subprocess.run(["mungekey", "-c"], check=True)
+    subprocess.run(["chown", "-R", "munge:munge", "/etc/munge", "/run/munge", "/var/lib/munge", "/var/log/munge"])
+    os.chmod("/etc/munge/munge.key", 0o400)
+    proc = subprocess.Popen(["runuser", "-u", "munge", "--", "/usr/sbin/munged", "--foreground", "--force"])
+    for _ in range(50):
+        if Path("/run/munge/munge.socket.2").exists():
+            break
+        time.sleep(0.1)
+    return proc
+
+
+@contextlib.contextmanager
+def slurm_cluster(root: Path) -> Iterator[dict[str, str]]:
+    """A one-node Slurm cluster; yields the environment (SLURM_CONF) its client commands need."""
+    missing = [cmd for cmd in ("slurmctld", "slurmd", "sbatch", "munged") if shutil.which(cmd) is None]
+    if missing:
+        raise RuntimeError(
+            f"{', '.join(missing)} not installed: `apt-get install -y slurm-wlm munge` (.ci/run does it)"
+        )
+    for sub in ("spool/ctld", "spool/d", "log"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    conf = root / "slurm.conf"
+    conf.write_text(SLURM_CONF.format(root=root, cpus=os.cpu_count() or 1))
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    started: list[subprocess.Popen] = []
+    munge = _start_munge()
+    try:
+        for daemon in ("slurmctld", "slurmd"):
+            log = open(root / "log" / f"{daemon}.stdout", "wb")  # noqa: SIM115 - lives as long as the daemon
+            started.append(subprocess.Popen([daemon, "-D", "-f", str(conf)], stdout=log, stderr=log, env=env))
+            time.sleep(0.5)
+        deadline = time.monotonic() + 60
+        while True:
+            out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, env=env).stdout
+            if out.strip() in ("idle", "mix", "alloc"):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"slurm node never became idle (sinfo: {out.strip()!r}); see {root / 'log'}")
+            time.sleep(0.5)
+        yield {"SLURM_CONF": str(conf)}
+    finally:
+        for proc in reversed(started):
+            _stop(proc)
+        if munge is not None:
+            _stop(munge)
+
+
+@contextlib.contextmanager
+def ray_cluster(temp_dir: Path) -> Iterator[str]:
+    """A Ray head on 127.0.0.1 with the dashboard (Jobs API) on 8266; yields the Jobs API address."""
+    ray = Path(sys.executable).parent / "ray"
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    start = [
+        str(ray), "start", "--head", "--port=6380", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
+        "--dashboard-port=8266", "--num-cpus=2", "--include-dashboard=true", "--disable-usage-stats",
+        f"--temp-dir={temp_dir}",
+    ]  # fmt: skip
+    result = subprocess.run(start, capture_output=True, text=True, env=env, timeout=180)
+    if result.returncode != 0:
+        raise RuntimeError(f"ray start failed: {result.stderr[-2000:]}")
+    address = "http://127.0.0.1:8266"
+    try:
+        from ray.job_submission import JobSubmissionClient
+
+        deadline = time.monotonic() + 120
+        while True:  # the dashboard's Jobs API comes up a few seconds after `ray start` returns
+            try:
+                JobSubmissionClient(address).list_jobs()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+        yield address
+    finally:
+        subprocess.run([str(ray), "stop", "--force"], capture_output=True, env=env, timeout=120)

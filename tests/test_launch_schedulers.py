@@ -1,0 +1,157 @@
+"""The Slurm and Ray launchers against real schedulers on this machine (tests/clusters.py): tiny-arith
+cells submitted, run and recorded; repeated and concurrent sweeps submit each cell once; cancel works."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from clusters import ray_cluster, slurm_cluster
+
+from repro.cli import main
+from repro.launch.jobs import job_records
+from repro.launch.plan import CpuOptions
+from repro.launch.ray_jobs import RayScheduler
+from repro.launch.slurm import SlurmScheduler
+from repro.launch.state import cell_state
+from repro.launch.submit import submit_sweep
+from repro.rundir import RunDir, cell_name
+from repro.sweep import load_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+SHORT = CpuOptions(steps=2, batch=8)
+
+
+def _sweep(tmp_path: Path, methods: list[str], name: str = "mini"):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        f"name: {name}\nbackbones: [tiny-arith]\nmethods: [{', '.join(methods)}]\nprompt_sets: [standard]\n"
+    )
+    return load_sweep(path), path
+
+
+def _steps(run: Path) -> list[int]:
+    return sorted(
+        json.loads(line)["step"]
+        for f in (run / "metrics").glob("attempt-*.jsonl")
+        for line in f.read_text().splitlines()
+    )
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as env:
+        yield env
+
+
+@pytest.fixture
+def slurm_env(slurm, tiny_env, monkeypatch):
+    for key, value in slurm.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(ROOT)
+    return {**tiny_env, **slurm}
+
+
+def test_slurm_runs_a_cell_through_its_sbatch_script(slurm_env, tmp_path) -> None:
+    sweep, _ = _sweep(tmp_path, ["grpo-n4"])
+    runs = tmp_path / "runs"
+    scheduler = SlurmScheduler(project_dir=ROOT)
+    report = submit_sweep(sweep, scheduler, runs, options=SHORT, wait=True, poll=0.5, timeout=300)
+    run = runs / cell_name("tiny-arith", "grpo-n4", "standard", 0)
+    assert [c.state for c in report.cells] == ["finished"], report.cells
+    records = job_records(run)
+    assert len(records) == 1 and records[0]["launcher"] == "slurm" and records[0]["job_id"].isdigit()
+    job_id = records[0]["job_id"]
+    script = run / "slurm" / "job.sbatch"
+    assert records[0]["script"] == str(script)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    assert "--steps 2" in script.read_text().replace(" \\\n    ", " ")
+    attempts = json.loads((run / "status.json").read_text())["attempts"]
+    assert [(a["launcher"], a["job_id"], a["state"]) for a in attempts] == [("slurm", job_id, "finished")]
+    assert _steps(run) == [1, 2]
+    out = (run / "slurm" / f"slurm-{job_id}.out").read_text()
+    assert "finished" in out and "at step 2 in" in " ".join(out.split())
+    # the same sweep again: nothing to do, no new job
+    again = submit_sweep(sweep, scheduler, runs, options=SHORT)
+    assert [c.action for c in again.cells] == ["skipped"] and len(job_records(run)) == 1
+
+
+def test_concurrent_slurm_sweeps_submit_each_cell_once_and_cancel_stops_one(slurm_env, tmp_path, capsys) -> None:
+    sweep, sweep_file = _sweep(tmp_path, ["grpo-n4", "est"])
+    runs = tmp_path / "runs"
+    scheduler = SlurmScheduler(project_dir=ROOT)
+    long = CpuOptions(steps=2000, batch=8)  # long enough to cancel both mid-run
+    barrier = threading.Barrier(2)
+    reports = []
+
+    def go() -> None:
+        barrier.wait()
+        reports.append(submit_sweep(sweep, scheduler, runs, options=long, max_parallel=2))
+
+    threads = [threading.Thread(target=go) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    names = [cell_name("tiny-arith", m, "standard", 0) for m in ("grpo-n4", "est")]
+    for name in names:
+        assert len(job_records(runs / name)) == 1, name  # two sweeps, one job per cell
+    submitted = sorted(c.name for r in reports for c in r.cells if c.action == "submitted")
+    assert submitted == sorted(names)
+    # wait until the est cell trains, then cancel the whole sweep
+    run = runs / names[1]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(_steps(run) if (run / "metrics").exists() else []) < 1:
+        time.sleep(0.5)
+    assert cell_state(run).state == "running"
+    capsys.readouterr()
+    assert main(["cancel", "--sweep", str(sweep_file), "--runs-root", str(runs)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("cancelled slurm job") == 2, out
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and cell_state(run).state in ("queued", "running"):
+        time.sleep(0.5)
+    assert cell_state(run).state == "cancelled"
+    status = RunDir(run).status()
+    assert status["attempts"][-1]["state"] == "interrupted"  # SIGTERM reached `repro run`
+    logged = _steps(run)
+    assert 1 <= len(logged) < 2000 and logged == sorted(set(logged))
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    with tempfile.TemporaryDirectory(prefix="ray", dir="/tmp") as temp, ray_cluster(Path(temp)) as address:
+        yield address
+
+
+def test_ray_jobs_api_runs_two_cells(ray_address, tiny_env, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    sweep, _ = _sweep(tmp_path, ["grpo-n4", "seq-pos"])
+    runs = tmp_path / "runs"
+    scheduler = RayScheduler(address=ray_address, project_dir=ROOT, python=sys.executable)
+    report = submit_sweep(sweep, scheduler, runs, options=SHORT, wait=True, poll=1, timeout=420)
+    assert [c.state for c in report.cells] == ["finished", "finished"], report.cells
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(ray_address)
+    for method in ("grpo-n4", "seq-pos"):
+        run = runs / cell_name("tiny-arith", method, "standard", 0)
+        (record,) = job_records(run)
+        assert record["launcher"] == "ray" and record["address"] == ray_address
+        deadline = time.monotonic() + 60  # the run folder says finished a moment before the job process exits
+        while time.monotonic() < deadline and client.get_job_status(record["job_id"]).value == "RUNNING":
+            time.sleep(0.5)
+        assert client.get_job_status(record["job_id"]).value == "SUCCEEDED"
+        info = client.get_job_info(record["job_id"])
+        assert info.runtime_env["env_vars"]["REPRO_JOB_ID"] == record["job_id"]
+        attempts = RunDir(run).status()["attempts"]
+        assert [(a["launcher"], a["job_id"], a["state"]) for a in attempts] == [("ray", record["job_id"], "finished")]
+        assert _steps(run) == [1, 2]
+        assert (run / "checkpoints" / "global_step_2").is_dir()
+        assert RunDir(run).read_metrics().corrupt == 0
