@@ -21,8 +21,9 @@ from repro.rundir import RunDir, cell_name
 DEFAULT_RUNS_ROOT = Path("runs")
 
 
-class _Terminated(Exception):
-    """SIGTERM, turned into an exception so the attempt is recorded as interrupted."""
+class _Terminated(BaseException):
+    """SIGTERM, turned into an exception so the attempt is recorded as interrupted. A BaseException, like
+    KeyboardInterrupt, so that no `except Exception` on the way (reward parsing, say) can swallow it."""
 
 
 def _on_sigterm(signum, frame):

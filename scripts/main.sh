@@ -1,8 +1,47 @@
 #!/usr/bin/env bash
-# The main job on the embedded CPU default. For now: the sampling statistics of every method at paper
-# scale and the signal-loss curve, printed and written as JSON under results/simulate/.
+# The main job on the embedded CPU default: the CPU mini-reproduction of the paper, end to end.
+#   1. paper-scale sampling statistics (`repro simulate`)                      -> results/simulate/
+#   2. the tiny-arith model and its filtered "standard" prompt set            -> $REPRO_HOME (first run only)
+#   3. the grid: all seven methods on tiny-arith (`sweeps/tiny.yaml`)          -> runs/
+#   4. Ave@32 on the four tiny-arith tiers for every run                      -> runs/*/eval/
+#   5. collect, the paper's tables beside the measured numbers, the figures   -> results/, paper_tables/generated/
+# Every step is resumable: run it again after an interruption and only what is missing is done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$(date +%s)
 bash scripts/setup-venv.sh
-.venv/bin/repro simulate signal-loss --show 1,2,4,8,16,32,64,128,256 --out results/simulate/signal_loss.json
-.venv/bin/repro simulate sampling --out results/simulate/sampling.json
+repro=.venv/bin/repro
+runs=${REPRO_RUNS:-runs}
+step() { echo; echo "== $* ($(( $(date +%s) - started ))s)"; }
+
+step "1/5 sampling statistics at paper scale"
+$repro simulate signal-loss --show 1,2,4,8,16,32,64,128,256 --out results/simulate/signal_loss.json
+$repro simulate sampling --out results/simulate/sampling.json
+
+step "2/5 the filtered standard prompt set (builds the tiny model on first use)"
+$repro data filter --base-samples 16
+
+step "3/5 the grid: sweeps/tiny.yaml, two cells at a time"
+$repro sweep run sweeps/tiny.yaml --runs-root "$runs" --max-parallel 2
+
+step "4/5 Ave@32 for every run"
+for run in "$runs"/tiny-arith__*__standard__s0; do
+  $repro eval "$run"
+done
+
+step "5/5 results, tables and figures"
+$repro collect --runs-root "$runs" --results results
+mkdir -p paper_tables/generated
+for table in weighted-average step-time sampling; do
+  $repro table "$table" --results results --format markdown --out "paper_tables/generated/$table.md"
+  $repro table "$table" --results results --format csv --out "paper_tables/generated/$table.csv"
+done
+for figure in reward-curve reward-entropy step-time sampling; do
+  $repro plot "$figure" --results results --out "results/figures/$figure"
+done
+for figure in passk signal-loss; do  # these read the per-response eval records too
+  $repro plot "$figure" --results results --runs-root "$runs" --out "results/figures/$figure"
+done
+$repro table weighted-average --results results
+$repro status --runs-root "$runs" --sweep sweeps/tiny.yaml
+echo "main job done in $(( $(date +%s) - started ))s"

@@ -105,6 +105,15 @@ def slurm_cluster(root: Path) -> Iterator[dict[str, str]]:
             time.sleep(0.5)
         yield {"SLURM_CONF": str(conf)}
     finally:
+        # jobs outlive slurmd under proctrack/linuxproc: cancel ours first, so no test leaves one running
+        if started and started[0].poll() is None:
+            subprocess.run(["scancel", "--full", "--user", "root"], env=env, capture_output=True, timeout=30)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                queue = subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True).stdout
+                if not queue.strip():
+                    break
+                time.sleep(0.5)
         for proc in reversed(started):
             _stop(proc)
         if munge is not None:
