@@ -97,6 +97,9 @@ def slurm_cluster(root: Path) -> Iterator[dict[str, str]]:
             time.sleep(0.5)
         deadline = time.monotonic() + 60
         while True:
+            dead = [proc.args[0] for proc in started if proc.poll() is not None]
+            if dead:  # e.g. a leftover daemon of a killed test run holds the port
+                raise RuntimeError(f"{', '.join(dead)} exited at start; see {root / 'log'}")
             out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, env=env).stdout
             if out.strip() in ("idle", "mix", "alloc"):
                 break

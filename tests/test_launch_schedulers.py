@@ -18,7 +18,7 @@ from repro.cli import main
 from repro.launch.jobs import job_records
 from repro.launch.plan import CpuOptions
 from repro.launch.ray_jobs import RayScheduler
-from repro.launch.slurm import SlurmScheduler
+from repro.launch.slurm import SlurmOptions, SlurmScheduler
 from repro.launch.state import cell_state
 from repro.launch.submit import submit_sweep
 from repro.rundir import RunDir, cell_name
@@ -82,10 +82,11 @@ def test_slurm_runs_a_cell_through_its_sbatch_script(slurm_env, tmp_path) -> Non
     assert [c.action for c in again.cells] == ["skipped"] and len(job_records(run)) == 1
 
 
-def test_concurrent_slurm_sweeps_submit_each_cell_once_and_cancel_stops_one(slurm_env, tmp_path, capsys) -> None:
+def test_concurrent_slurm_sweeps_submit_each_cell_once_and_cancel_stops_them(slurm_env, tmp_path, capsys) -> None:
     sweep, sweep_file = _sweep(tmp_path, ["grpo-n4", "est"])
     runs = tmp_path / "runs"
-    scheduler = SlurmScheduler(project_dir=ROOT)
+    # one CPU per job, so both cells run at once on the two-CPU test node
+    scheduler = SlurmScheduler(options=SlurmOptions(cpus_per_task=1), project_dir=ROOT)
     long = CpuOptions(steps=2000, batch=8)  # long enough to cancel both mid-run
     barrier = threading.Barrier(2)
     reports = []
@@ -102,26 +103,27 @@ def test_concurrent_slurm_sweeps_submit_each_cell_once_and_cancel_stops_one(slur
     names = [cell_name("tiny-arith", m, "standard", 0) for m in ("grpo-n4", "est")]
     for name in names:
         assert len(job_records(runs / name)) == 1, name  # two sweeps, one job per cell
+        assert "#SBATCH --cpus-per-task=1" in (runs / name / "slurm" / "job.sbatch").read_text()
     submitted = sorted(c.name for r in reports for c in r.cells if c.action == "submitted")
     assert submitted == sorted(names)
-    # wait until the est cell trains, then cancel the whole sweep
-    run = runs / names[1]
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(_steps(run) if (run / "metrics").exists() else []) < 1:
+    # wait until both cells train, then cancel the whole sweep
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not all((runs / n / "metrics").exists() and _steps(runs / n) for n in names):
         time.sleep(0.5)
-    assert cell_state(run).state == "running"
+    assert [cell_state(runs / n).state for n in names] == ["running", "running"]
     capsys.readouterr()
     assert main(["cancel", "--sweep", str(sweep_file), "--runs-root", str(runs)]) == 0
     out = capsys.readouterr().out
     assert out.count("cancelled slurm job") == 2, out
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and cell_state(run).state in ("queued", "running"):
+    while time.monotonic() < deadline and any(cell_state(runs / n).active for n in names):
         time.sleep(0.5)
-    assert cell_state(run).state == "cancelled"
-    status = RunDir(run).status()
-    assert status["attempts"][-1]["state"] == "interrupted"  # SIGTERM reached `repro run`
-    logged = _steps(run)
-    assert 1 <= len(logged) < 2000 and logged == sorted(set(logged))
+    for name in names:
+        run = runs / name
+        assert cell_state(run).state == "cancelled"
+        assert RunDir(run).status()["attempts"][-1]["state"] == "interrupted"  # SIGTERM reached `repro run`
+        logged = _steps(run)
+        assert 1 <= len(logged) < 2000 and logged == list(range(1, len(logged) + 1))
 
 
 @pytest.fixture(scope="module")
