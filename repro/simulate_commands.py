@@ -229,3 +229,129 @@ def signal_loss_cmd(
             f"{r['pass_at_n']:.4f}",
         )
     stdout_console().print(table)
+
+
+# Table 2 of the paper: step time relative to GRPO-n4 on Qwen2.5-Math-1.5B, 8xH100 (paper/step_time csv).
+PAPER_RATIOS_1_5B = {"seq-pos": 2.2, "seq-balance": 2.8, "est": 1.3}
+
+
+@app.command("cost")
+def cost(
+    methods: Annotated[str, typer.Option("--methods", help="Comma-separated method keys, or 'all'.")] = "all",
+    pass_at_1: PassAt1 = PAPER_PASS_AT_1,
+    pass_at_k: PassAtK = PAPER_PASS_AT_K,
+    k: KOpt = PAPER_K,
+    alpha: AlphaOpt = None,
+    beta: BetaOpt = None,
+    pass_rates: FileOpt = None,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Steps to average over.")] = 4,
+    batch: Annotated[int, typer.Option("--batch", min=1, help="Prompts per step.")] = 512,
+    dataset_size: Annotated[int, typer.Option("--dataset-size", min=1, help="Prompts in the training set.")] = 16384,
+    replicas: Annotated[int, typer.Option("--replicas", min=1, help="Inference servers (vLLM replicas).")] = 8,
+    capacity: Annotated[int, typer.Option("--capacity", min=1, help="Sequences a server decodes at once.")] = 256,
+    t0: Annotated[float, typer.Option("--t0", min=0.0, help="Seconds per decode iteration, fixed part.")] = 0.012,
+    t1: Annotated[float, typer.Option("--t1", min=0.0, help="Seconds per decode iteration per sequence.")] = 6e-5,
+    prefill: Annotated[float, typer.Option("--prefill-per-token", min=0.0, help="Prefill seconds/token.")] = 2e-5,
+    prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", min=1, help="Tokens per prompt.")] = 300,
+    len_correct: Annotated[float, typer.Option("--len-correct", min=1.0, help="Median tokens, correct.")] = 600.0,
+    len_incorrect: Annotated[float, typer.Option("--len-incorrect", min=1.0, help="Median tokens, wrong.")] = 1000.0,
+    len_sigma: Annotated[float, typer.Option("--len-sigma", min=0.0, help="Log-normal sigma of lengths.")] = 0.5,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Response length cap.")] = 2048,
+    train_per_token: Annotated[float, typer.Option("--train-per-token", min=0.0, help="s per update token.")] = 1.6e-5,
+    train_fixed: Annotated[float, typer.Option("--train-fixed", min=0.0, help="s per step, fixed.")] = 8.0,
+    seed: SeedOpt = 0,
+    as_json: JsonOpt = False,
+    out: OutOpt = None,
+) -> None:
+    """Wall-clock per step of every method on a continuous-batching server model, beside the paper's Table 2.
+
+    Every method runs through the sampling core against Bernoulli rewards; requests go to `--replicas`
+    servers of `--capacity` slots, where one decode iteration costs `t0 + t1 * running` and a prompt's
+    prefill stalls its server. Lengths are log-normal (correct and wrong responses have their own median),
+    capped at `--max-tokens`. A step is generation (until its last response) plus training
+    (`--train-fixed` + `--train-per-token` x update tokens). Defaults model Qwen2.5-Math-1.5B on one
+    8xH100 node (TP=1), calibrated so GRPO-n4 lands near the paper's 102 s/step.
+
+    Columns: responses and generated tokens per step; generation, training and step seconds; the step
+    time relative to GRPO-n4 (paper's value in brackets); the two lower bounds on generation (tokens at
+    peak throughput, and the longest chain of one prompt's batches); generation over the tighter bound.
+
+    Examples:
+
+      repro simulate cost
+
+      repro simulate cost --methods grpo-n4,seq-balance,seq-balance-stream --capacity 512 --json
+
+      repro simulate cost --len-correct 800 --len-incorrect 800   # lengths that do not depend on correctness
+    """
+    import numpy as np
+
+    from repro.simulate.cost import LengthModel, TrainModel, add_ratios, simulate_cost
+    from repro.simulate.engine import ServerModel
+
+    rates = _rates(pass_at_1, pass_at_k, k, alpha, beta, pass_rates)
+    names = list(catalog.methods()) if methods.strip() == "all" else [m.strip() for m in methods.split(",") if m]
+    specs = {name: catalog.get_method(name).sampler_spec(seed=seed) for name in names}
+    server = ServerModel(replicas, capacity, t0, t1, prefill, prompt_tokens)
+    lengths = LengthModel(len_correct, len_incorrect, len_sigma, max_tokens)
+    train = TrainModel(train_per_token, train_fixed)
+    dataset = rates.dataset(dataset_size, np.random.default_rng(seed))
+    results = []
+    with progress_bar(stderr_console()) as progress:
+        task = progress.add_task("simulating", total=steps * len(specs))
+        for name, spec in specs.items():
+            progress.update(task, description=f"simulating {name}")
+            results.append(
+                simulate_cost(
+                    name, spec, dataset, server=server, lengths=lengths, train=train, steps=steps, batch=batch,
+                    seed=seed, on_step=lambda: progress.advance(task),
+                )
+            )  # fmt: skip
+    add_ratios(results)
+    settings = {"steps": steps, "batch": batch, "dataset_size": int(dataset.size), "seed": seed}
+    doc = {
+        "pass_rates": rates.to_dict(),
+        "settings": settings,
+        "server": server.to_dict() | {"peak_tokens_per_s": server.peak_throughput},
+        "lengths": lengths.__dict__,
+        "train": train.__dict__,
+        "paper_ratios_1_5b": PAPER_RATIOS_1_5B,
+        "methods": [r.to_dict() for r in results],
+    }
+    if _emit(doc, as_json, out):
+        return
+    table = Table(
+        title=f"Step cost on {replicas} x {capacity}-slot servers ({server.peak_throughput:,.0f} tokens/s peak); "
+        f"{rates.description}; {steps} steps x {batch} prompts",
+        caption="ratio: step time / GRPO-n4's (paper Table 2, Qwen2.5-Math-1.5B, in brackets); "
+        "bounds: tokens / peak throughput, and the longest chain of one prompt's batches",
+    )
+    for col in (
+        "method",
+        "responses",
+        "tokens",
+        "gen s",
+        "train s",
+        "step s",
+        "ratio",
+        "bound s",
+        "chain s",
+        "gen/bound",
+    ):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for r in results:
+        paper = PAPER_RATIOS_1_5B.get(r.method)
+        ratio = "—" if r.ratio_to_grpo_n4 is None else f"{r.ratio_to_grpo_n4:.2f}"
+        table.add_row(
+            r.method,
+            f"{r.responses:,.0f}",
+            f"{r.generated_tokens / 1e6:.2f}M",
+            f"{r.generation_s:.1f}",
+            f"{r.train_s:.1f}",
+            f"{r.step_s:.1f}",
+            ratio + (f" ({paper})" if paper else ""),
+            f"{r.lower_bound_s:.1f}",
+            f"{r.critical_path_s:.1f}",
+            f"{r.generation_over_both_bounds:.2f}",
+        )
+    stdout_console().print(table)

@@ -60,6 +60,8 @@ class BatchingEngine:
         self._stall = np.zeros(model.replicas)  # prefill seconds still to serve before decoding resumes
         self.tokens = 0.0  # tokens generated so far
         self.busy = 0.0  # server-seconds with at least one sequence or a prefill
+        self.queued_until = 0.0  # the last time a request was still waiting for a slot
+        self.full = 0.0  # seconds during which every slot of every server was taken
 
     @property
     def idle(self) -> bool:
@@ -99,6 +101,10 @@ class BatchingEngine:
         if dt < 0:
             raise ValueError(f"cannot go back in time ({dt})")
         done: list[tuple[int, float]] = []
+        if self._queue:
+            self.queued_until = self.now + dt
+        if self.running() == self.model.replicas * self.model.capacity:
+            self.full += dt
         for replica, left in enumerate(self._left):
             if not left.size and self._stall[replica] <= 0:
                 continue

@@ -16,6 +16,8 @@ unchanged against `AgentLoopBase.server_manager`. What it does instead of sampli
   production code must not detect truncation from stop_reason alone (SGLang passes finish_reason on);
 - `latency(prompt_ids, text) -> seconds` (optional) is awaited with asyncio.sleep, so schedules can be
   studied without a GPU; every call yields to the event loop at least once, as a real RPC does;
+- or `serve(prompt_ids, call_index, token_ids)` (optional), an awaitable that returns when the response
+  would be done: a shared server model (`repro.simulate.async_engine`) where requests compete for slots;
 - every call is recorded (`calls`: request id, prompt ids, a copy of sampling_params, the extra keyword
   arguments, call index, text, stop reason, start/end times), calls are counted per prompt
   (`call_counts`), and the largest number of requests in flight at once is kept (`max_in_flight`).
@@ -29,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -37,6 +39,7 @@ from verl.workers.rollout.replica import TokenOutput
 
 Script = Callable[[list[int], int], str]
 Latency = Callable[[list[int], str], float]
+Serve = Callable[[list[int], int, list[int]], Awaitable[None]]
 
 
 @dataclass
@@ -64,6 +67,7 @@ class FakeLLMServer:
         script: Script | Mapping[tuple[int, ...], Sequence[str]],
         *,
         latency: Latency | None = None,
+        serve: Serve | None = None,
         truncated_stop_reason: str = "length",
         global_steps: int | None = None,
         clock: Callable[[], float] = time.perf_counter,
@@ -79,7 +83,10 @@ class FakeLLMServer:
                 return options[call_index % len(options)]
 
             self._script = _from_lists
+        if latency is not None and serve is not None:
+            raise ValueError("give latency or serve, not both")
         self.latency = latency
+        self.serve = serve
         self.truncated_stop_reason = truncated_stop_reason
         self.global_steps = global_steps
         self.clock = clock
@@ -133,8 +140,11 @@ class FakeLLMServer:
             max_tokens = sampling_params.get("max_tokens", sampling_params.get("max_new_tokens"))
             token_ids = full if max_tokens is None else full[: max(1, int(max_tokens))]
             stop_reason = "completed" if len(token_ids) == len(full) else self.truncated_stop_reason
-            delay = self.latency(list(prompt_ids), text) if self.latency is not None else 0.0
-            await asyncio.sleep(max(0.0, float(delay)))
+            if self.serve is not None:
+                await self.serve(list(prompt_ids), call_index, token_ids)
+            else:
+                delay = self.latency(list(prompt_ids), text) if self.latency is not None else 0.0
+                await asyncio.sleep(max(0.0, float(delay)))
         finally:
             self.in_flight -= 1
         record.text, record.token_ids, record.stop_reason, record.end = text, token_ids, stop_reason, self.clock()
