@@ -25,6 +25,7 @@ from repro.rundir import RunDir
 PLACEHOLDER = "attempt-NNN.jsonl"
 LAUNCHER_ENV = "REPRO_LAUNCHER"
 JOB_ID_ENV = "REPRO_JOB_ID"
+THREADS_ENV = "REPRO_TORCH_THREADS"  # CPU cells: torch threads, when a launcher runs several cells at once
 
 
 def launcher_from_env() -> tuple[str, str | None]:

@@ -31,6 +31,7 @@ from pathlib import Path
 from repro import catalog
 from repro.atomic import write_text
 from repro.errors import ReproError
+from repro.launch.attempt import THREADS_ENV
 from repro.launch.plan import CpuOptions, cpu_argv
 from repro.rundir import RunDir, cell_name
 from repro.sweep import Cell, Sweep
@@ -81,6 +82,13 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def launch_dir(runs_root: Path) -> Path:
     return Path(runs_root) / LAUNCH_DIR
 
@@ -114,7 +122,9 @@ def _last_line(path: Path) -> str:
     return lines[-1] if lines else ""
 
 
-def _run_cell(cell: Cell, sweep: Sweep, runs_root: Path, extra_args: Sequence[str], python: str) -> CellOutcome:
+def _run_cell(
+    cell: Cell, sweep: Sweep, runs_root: Path, extra_args: Sequence[str], python: str, threads: int
+) -> CellOutcome:
     name = cell_name(cell.backbone, cell.method, cell.prompt_set, cell.seed)
     path = runs_root / name
     state = _run_state(path)
@@ -136,7 +146,7 @@ def _run_cell(cell: Cell, sweep: Sweep, runs_root: Path, extra_args: Sequence[st
             return CellOutcome(cell, name, "skipped", message="already finished")
         if state == "running":
             return CellOutcome(cell, name, "running elsewhere", message="its run folder is locked by a live process")
-        return _launch(cell, name, sweep, runs_root, extra_args, python, fd)
+        return _launch(cell, name, sweep, runs_root, extra_args, python, fd, threads)
     finally:
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -144,9 +154,18 @@ def _run_cell(cell: Cell, sweep: Sweep, runs_root: Path, extra_args: Sequence[st
 
 
 def _launch(
-    cell: Cell, name: str, sweep: Sweep, runs_root: Path, extra_args: Sequence[str], python: str, lock_fd: int
+    cell: Cell,
+    name: str,
+    sweep: Sweep,
+    runs_root: Path,
+    extra_args: Sequence[str],
+    python: str,
+    lock_fd: int,
+    threads: int,
 ) -> CellOutcome:
     launches = launch_dir(runs_root)
+    # cells share the cores: torch threads beyond a cell's share spin against each other (8x slower seen)
+    env = {**os.environ, "REPRO_LAUNCHER": "local", THREADS_ENV: str(threads)}
     argv = cell_command(cell, sweep, runs_root, extra_args, python)
     out_path, err_path, record_path = (launches / f"{name}{ext}" for ext in (".out", ".err", ".json"))
     record = {
@@ -167,7 +186,9 @@ def _launch(
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
             # the child inherits the launch lock, so the cell stays claimed even if this launcher dies
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(lock_fd,))
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(lock_fd,), env=env
+            )
         except OSError as exc:
             record.update(ended=_now(), exit_code=None, error=str(exc))
             write_text(record_path, json.dumps(record, indent=2) + "\n")
@@ -204,12 +225,13 @@ def run_local(
     root = Path(runs_root).absolute()
     root.mkdir(parents=True, exist_ok=True)
     cells = [c for c in sweep.cells() if only is None or cell_name(c.backbone, c.method, c.prompt_set, c.seed) in only]
+    threads = max(1, _cores() // min(max_parallel, max(1, len(cells))))  # each cell's share of the cores
     report = SweepReport(root)
     lock = threading.Lock()  # Popen from several threads is safe; this only orders the results list
     results: dict[int, CellOutcome] = {}
 
     def work(index: int, cell: Cell) -> None:
-        outcome = _run_cell(cell, sweep, root, tuple(extra_args), python)
+        outcome = _run_cell(cell, sweep, root, tuple(extra_args), python, threads)
         with lock:
             results[index] = outcome
 

@@ -156,6 +156,8 @@ def render_script(
         'export REPRO_JOB_ID="$SLURM_JOB_ID"',
         "export PYTHONUNBUFFERED=1",
     ]
+    if not plan.gpu:
+        lines.append('export REPRO_TORCH_THREADS="$SLURM_CPUS_PER_TASK"  # torch uses what the job was given')
     if nnodes > 1:
         lines += ray_bootstrap(nnodes, gpus)
     lines += ["# the cell (an interrupted run resumes from its last checkpoint):", _command_line(argv), ""]

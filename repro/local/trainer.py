@@ -11,6 +11,7 @@ step in flight; metrics go to one verl file-logger JSON-lines file per attempt.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from repro.launch.attempt import THREADS_ENV
 from repro.local.config import RunConfig
 from repro.local.generate import make_batch, response_logprobs, sample
 from repro.local.model import quiet_transformers
@@ -99,7 +101,9 @@ class CpuTrainer:
         self.train = config.train
         self.rundir = rundir
         self.on_step = on_step
-        torch.set_num_threads(self.train.threads)
+        # a launcher running several cells at once gives each its share of the cores (REPRO_TORCH_THREADS);
+        # not part of the config, so the same run may resume under another launcher
+        torch.set_num_threads(int(os.environ.get(THREADS_ENV) or self.train.threads))
         self.spec = SamplerSpec.from_dict(config.sampler)
         model_path = config.model["path"]
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
