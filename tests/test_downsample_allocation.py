@@ -104,3 +104,13 @@ def test_residual_weights_mean_one_and_clip() -> None:
     p = np.array([0.25, 0.25, 1.0, 1.0])  # 1/sqrt: 2, 2, 1, 1 -> mean 1.5
     np.testing.assert_allclose(residual_weights(p, 10.0), [4 / 3, 4 / 3, 2 / 3, 2 / 3])
     np.testing.assert_allclose(residual_weights(p, 1.2), [1.2, 1.2, 2 / 3, 2 / 3])
+
+
+def test_pass_rates_a_rounding_error_apart_keep_the_allocation_monotone() -> None:
+    """Found by hypothesis in CI: 0.01 sat one ulp below three copies of 0.010000000000000002 and got 29
+    responses to their 30."""
+    p = np.array([1.0] * 24 + [0.03125, 0.010000000000000002, 0.010000000000000002, 0.010000000000000002, 0.01])
+    alloc = allocate(p, 8 * p.size, 4, 30)
+    assert alloc.sum() == 8 * p.size and alloc[-1] == 30 and alloc[-5:].tolist() == [17, 30, 30, 29, 30]
+    harder = p[:, None] < p[None, :]
+    assert np.all(alloc[:, None] >= alloc[None, :], where=harder)

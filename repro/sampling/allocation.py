@@ -54,8 +54,19 @@ def largest_remainder(values: np.ndarray, total: int, low: int, high: int) -> np
 
 
 def allocate(p_hat: np.ndarray, budget: int, n_min: int, n_max: int) -> np.ndarray:
-    """Responses per prompt for one step: sum equals `budget`, each within [n_min, n_max]."""
-    return largest_remainder(continuous_allocation(p_hat, budget, n_min, n_max), budget, n_min, n_max)
+    """Responses per prompt for one step: sum equals `budget`, each within [n_min, n_max], and a harder
+    prompt (lower p_hat) never gets fewer than an easier one.
+
+    The last property is enforced rather than inherited: pass rates a rounding error apart (0.01 and
+    0.010000000000000002) can leave near-equal continuous values on either side of the 1e-9 snap in
+    `largest_remainder`, so the integers are handed out again in order of difficulty (ties by index).
+    """
+    p_hat = np.asarray(p_hat, dtype=float)
+    units = largest_remainder(continuous_allocation(p_hat, budget, n_min, n_max), budget, n_min, n_max)
+    order = np.lexsort((np.arange(p_hat.size), p_hat))  # hardest first, ties to the lower index
+    out = np.empty_like(units)
+    out[order] = np.sort(units)[::-1]
+    return out
 
 
 def residual_weights(p_hat: np.ndarray, w_max: float) -> np.ndarray:
