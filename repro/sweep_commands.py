@@ -149,6 +149,7 @@ def _launch(args: _Launch, states: tuple[str, ...]) -> None:
     from repro.launch.submit import submit_sweep
 
     scheduler = _scheduler(args, sweep)
+    scheduler.check()  # sbatch on PATH / the Ray Jobs API answering: one line and exit 2 before any cell
     err = stderr_console()
     limit = f"at most {args.max_parallel} in flight" if args.max_parallel else "no limit on cells in flight"
     err.print(f"sweep {sweep.name}: {len(cells)} cells to {args.launcher}, {limit}, runs in {args.runs_root}")

@@ -157,3 +157,35 @@ def test_ray_jobs_api_runs_two_cells(ray_address, tiny_env, tmp_path, monkeypatc
         assert _steps(run) == [1, 2]
         assert (run / "checkpoints" / "global_step_2").is_dir()
         assert RunDir(run).read_metrics().corrupt == 0
+
+
+def test_a_job_that_dies_before_training_is_failed_with_its_last_line_and_retry_resubmits(
+    slurm_env, tmp_path, capsys
+) -> None:
+    sweep, sweep_file = _sweep(tmp_path, ["grpo-n4"])
+    runs = tmp_path / "runs"
+    broken = tmp_path / "bin"
+    broken.mkdir()
+    (broken / "python").write_text("#!/usr/bin/env bash\necho 'ImportError: no module named repro' >&2\nexit 3\n")
+    (broken / "python").chmod(0o755)
+    report = submit_sweep(
+        sweep, SlurmScheduler(project_dir=ROOT, python_bin=broken), runs, options=SHORT, wait=True, poll=0.5,
+        retries=0, timeout=120,
+    )  # fmt: skip
+    run = runs / cell_name("tiny-arith", "grpo-n4", "standard", 0)
+    (cell,) = report.cells
+    assert cell.state == "failed", cell
+    assert (
+        f"slurm job {cell.job_id} ended FAILED" in cell.reason and "ImportError: no module named repro" in cell.reason
+    )
+    assert RunDir(run).status()["attempts"] == []  # training never began
+    capsys.readouterr()
+    assert main(["status", "--sweep", str(sweep_file), "--runs-root", str(runs)]) == 0
+    assert "ImportError" in capsys.readouterr().out
+    # retry-failed with a working interpreter: the same run folder, a second job, now finished
+    code = main(["sweep", "retry-failed", str(sweep_file), "--launcher", "slurm", "--runs-root", str(runs),
+                 "--steps", "2", "--batch", "8", "--wait", "--poll", "0.5"])  # fmt: skip
+    assert code == 0
+    records = job_records(run)
+    assert len(records) == 2 and records[0]["job_id"] != records[1]["job_id"]
+    assert RunDir(run).state == "finished" and _steps(run) == [1, 2]

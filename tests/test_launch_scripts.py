@@ -156,3 +156,20 @@ def test_unknown_launcher_is_exit_2(capsys) -> None:
     assert main(["sweep", "run", str(ROOT / "sweeps" / "tiny.yaml"), "--launcher", "kubernetes"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: unknown launcher 'kubernetes'") and err.count("\n") == 1
+
+
+def test_missing_scheduler_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys) -> None:
+    tiny = str(ROOT / "sweeps" / "tiny.yaml")
+    runs = str(tmp_path / "runs")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    assert main(["sweep", "run", tiny, "--launcher", "slurm", "--runs-root", runs]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: sbatch is not on PATH; run the Slurm launcher on a Slurm login node\n"
+    monkeypatch.undo()
+    assert (
+        main(["sweep", "run", tiny, "--launcher", "ray", "--ray-address", "http://127.0.0.1:9", "--runs-root", runs])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot reach the Ray Jobs API at http://127.0.0.1:9") and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # nothing prepared

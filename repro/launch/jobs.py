@@ -33,6 +33,10 @@ class Scheduler(Protocol):
 
     name: str
 
+    def check(self) -> None:
+        """Raise ReproError (one line: what is missing, and the fix) when the scheduler cannot be used."""
+        ...
+
     def submit(self, plan: CellPlan, sweep_name: str) -> dict[str, Any]:
         """Start the cell's job; return the record to append to jobs.jsonl (must hold "job_id")."""
         ...

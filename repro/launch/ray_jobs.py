@@ -50,6 +50,9 @@ class RayScheduler:
     home: Path | None = None  # $REPRO_HOME on the cluster (default: this machine's)
     name: str = "ray"
 
+    def check(self) -> None:
+        _client(self.address)  # connects: a wrong address fails here, once
+
     def runtime_env(self, job_id: str) -> dict[str, Any]:
         return {
             "working_dir": str(self.project_dir),

@@ -184,6 +184,11 @@ class SlurmScheduler:
     python_bin: Path | None = None
     name: str = "slurm"
 
+    def check(self) -> None:
+        for tool in ("sbatch", "scontrol", "scancel"):
+            if shutil.which(tool) is None:
+                raise ReproError(f"{tool} is not on PATH; run the Slurm launcher on a Slurm login node")
+
     def write_script(self, plan: CellPlan, sweep_name: str) -> Path:
         path = script_path(plan)
         path.parent.mkdir(parents=True, exist_ok=True)
