@@ -152,6 +152,7 @@ def test_ray_jobs_api_runs_two_cells(ray_address, tiny_env, tmp_path, monkeypatc
         assert client.get_job_status(record["job_id"]).value == "SUCCEEDED"
         info = client.get_job_info(record["job_id"])
         assert info.runtime_env["env_vars"]["REPRO_JOB_ID"] == record["job_id"]
+        assert info.runtime_env["env_vars"]["REPRO_TORCH_THREADS"] == "1" and record["entrypoint_num_cpus"] == 1
         attempts = RunDir(run).status()["attempts"]
         assert [(a["launcher"], a["job_id"], a["state"]) for a in attempts] == [("ray", record["job_id"], "finished")]
         assert _steps(run) == [1, 2]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import ReproError
+from repro.launch.attempt import THREADS_ENV
 from repro.launch.jobs import JobState, job_records, now
 from repro.launch.plan import CellPlan
 from repro.paths import repro_home
@@ -48,13 +49,14 @@ class RayScheduler:
     project_dir: Path = field(default_factory=Path.cwd)
     python: str = "python"  # the interpreter on the cluster's nodes
     home: Path | None = None  # $REPRO_HOME on the cluster (default: this machine's)
+    cpu_cell_cpus: int = 1  # CPU cells: CPUs reserved for the job's entrypoint, and its torch threads
     name: str = "ray"
 
     def check(self) -> None:
         _client(self.address)  # connects: a wrong address fails here, once
 
-    def runtime_env(self, job_id: str) -> dict[str, Any]:
-        return {
+    def runtime_env(self, job_id: str, threads: int | None = None) -> dict[str, Any]:
+        env = {
             "working_dir": str(self.project_dir),
             "excludes": EXCLUDES,
             "env_vars": {
@@ -64,6 +66,9 @@ class RayScheduler:
                 "PYTHONUNBUFFERED": "1",
             },
         }
+        if threads is not None:
+            env["env_vars"][THREADS_ENV] = str(threads)
+        return env
 
     def submit(self, plan: CellPlan, sweep_name: str) -> dict[str, Any]:
         import shlex
@@ -72,8 +77,14 @@ class RayScheduler:
         job_id = re.sub(r"[^A-Za-z0-9_.-]", "-", f"repro-{plan.name}-{n}-{now()}")
         entrypoint = " ".join(shlex.quote(a) for a in [self.python, *plan.argv[1:]])
         try:
+            # a CPU cell reserves its CPUs, so Ray queues cells rather than oversubscribing the cores;
+            # a GPU cell's entrypoint is only verl's driver, whose workers ask Ray for the GPUs themselves
+            cpus = None if plan.is_gpu else self.cpu_cell_cpus
             _client(self.address).submit_job(
-                entrypoint=entrypoint, submission_id=job_id, runtime_env=self.runtime_env(job_id)
+                entrypoint=entrypoint,
+                submission_id=job_id,
+                runtime_env=self.runtime_env(job_id, threads=cpus),
+                entrypoint_num_cpus=cpus,
             )
         except ReproError:
             raise
@@ -86,6 +97,7 @@ class RayScheduler:
             "sweep": sweep_name,
             "address": self.address,
             "entrypoint": entrypoint,
+            "entrypoint_num_cpus": cpus,
         }
 
     def state(self, record: dict[str, Any]) -> JobState:
