@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -102,6 +102,28 @@ def cell_command(cell: Cell, sweep: Sweep, runs_root: Path, extra_args: Sequence
     return [*argv, *extra_args]
 
 
+@contextlib.contextmanager
+def claim_cell(runs_root: Path, name: str) -> Iterator[int | None]:
+    """The cell's launch lock (``RUNS_ROOT/.launch/<cell>.lock``), taken without waiting: yields its fd
+    while held, None when another launcher holds it. A child given the fd keeps the cell claimed."""
+    launches = launch_dir(runs_root)
+    launches.mkdir(parents=True, exist_ok=True)
+    fd = os.open(launches / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield None
+            return
+        try:
+            yield fd
+        finally:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
 def _run_state(path: Path) -> str | None:
     """The run folder's state, None when there is no folder; an unreadable folder counts as "unknown"
     so that `repro run` gets to say what is wrong with it."""
@@ -132,13 +154,8 @@ def _run_cell(
         return CellOutcome(cell, name, "skipped", message="already finished")
     if state == "running":
         return CellOutcome(cell, name, "running elsewhere", message="its run folder is locked by a live process")
-    launches = launch_dir(runs_root)
-    launches.mkdir(parents=True, exist_ok=True)
-    fd = os.open(launches / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+    with claim_cell(runs_root, name) as fd:
+        if fd is None:
             return CellOutcome(cell, name, "running elsewhere", message="another sweep holds its launch lock")
         # re-check under the lock: another sweep may have finished the cell since the first look
         state = _run_state(path)
@@ -147,10 +164,6 @@ def _run_cell(
         if state == "running":
             return CellOutcome(cell, name, "running elsewhere", message="its run folder is locked by a live process")
         return _launch(cell, name, sweep, runs_root, extra_args, python, fd, threads)
-    finally:
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 def _launch(

@@ -9,17 +9,15 @@ state check to the job record, so a cell is never submitted twice.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro.errors import ReproError
 from repro.launch.jobs import Scheduler, record_job
-from repro.launch.local import LAUNCH_DIR
+from repro.launch.local import claim_cell
 from repro.launch.plan import CellPlan, CpuOptions, plan_cell
 from repro.launch.state import CellState, cell_state
 from repro.rundir import RunDir
@@ -49,25 +47,6 @@ class SubmitReport:
     @property
     def failed(self) -> list[CellReport]:
         return [c for c in self.cells if c.state in ("failed", "unknown")]
-
-
-@contextlib.contextmanager
-def _claim(runs_root: Path, name: str) -> Iterator[bool]:
-    folder = runs_root / LAUNCH_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
 
 
 def _submit_one(plan: CellPlan, scheduler: Scheduler, sweep: Sweep) -> dict:
@@ -126,8 +105,8 @@ def submit_sweep(
             if max_parallel is not None and in_flight >= max_parallel:
                 report.action = "waiting for a slot"
                 continue
-            with _claim(root, plan.name) as mine:
-                if not mine:
+            with claim_cell(root, plan.name) as fd:
+                if fd is None:
                     report.action = "claimed by another sweep"
                     continue
                 again = cell_state(plan.run_dir, scheduler=scheduler)  # re-check under the lock
