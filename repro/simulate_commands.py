@@ -57,6 +57,21 @@ def _rates(
     return pr.from_pass_at_k(pass_at_1, pass_at_k, k)
 
 
+def _each_method(methods: str, seed: int, steps: int, simulate) -> list:
+    """`simulate(name, spec, on_step)` for every named method (or 'all'), under one progress bar."""
+    names = (
+        list(catalog.methods()) if methods.strip() == "all" else [m.strip() for m in methods.split(",") if m.strip()]
+    )
+    specs = {name: catalog.get_method(name).sampler_spec(seed=seed) for name in names}
+    results = []
+    with progress_bar(stderr_console()) as progress:
+        task = progress.add_task("simulating", total=steps * len(specs))
+        for name, spec in specs.items():
+            progress.update(task, description=f"simulating {name}")
+            results.append(simulate(name, spec, lambda: progress.advance(task)))
+    return results
+
+
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
@@ -115,27 +130,15 @@ def sampling(
     import numpy as np
 
     rates = _rates(pass_at_1, pass_at_k, k, alpha, beta, pass_rates)
-    known = catalog.methods()
-    names = list(known) if methods.strip() == "all" else [m.strip() for m in methods.split(",") if m.strip()]
-    specs = {name: catalog.get_method(name).sampler_spec(seed=seed) for name in names}
     dataset = rates.dataset(dataset_size, np.random.default_rng(seed))
-    console = stderr_console()
-    results = []
-    with progress_bar(console) as progress:
-        task = progress.add_task("simulating", total=steps * len(specs))
-        for name, spec in specs.items():
-            progress.update(task, description=f"simulating {name}")
-            results.append(
-                simulate_method(
-                    name,
-                    spec,
-                    dataset,
-                    steps=steps,
-                    batch=batch,
-                    seed=seed,
-                    on_step=lambda: progress.advance(task),
-                )
-            )
+    results = _each_method(
+        methods,
+        seed,
+        steps,
+        lambda name, spec, on_step: simulate_method(
+            name, spec, dataset, steps=steps, batch=batch, seed=seed, on_step=on_step
+        ),
+    )
     settings = {"steps": steps, "batch": batch, "dataset_size": int(dataset.size), "seed": seed}
     doc = {"pass_rates": rates.to_dict(), "settings": settings, "methods": [r.to_dict() for r in results]}
     if _emit(doc, as_json, out):
@@ -290,23 +293,19 @@ def cost(
     from repro.simulate.engine import ServerModel
 
     rates = _rates(pass_at_1, pass_at_k, k, alpha, beta, pass_rates)
-    names = list(catalog.methods()) if methods.strip() == "all" else [m.strip() for m in methods.split(",") if m]
-    specs = {name: catalog.get_method(name).sampler_spec(seed=seed) for name in names}
     server = ServerModel(replicas, capacity, t0, t1, prefill, prompt_tokens)
     lengths = LengthModel(len_correct, len_incorrect, len_sigma, max_tokens)
     train = TrainModel(train_per_token, train_fixed)
     dataset = rates.dataset(dataset_size, np.random.default_rng(seed))
-    results = []
-    with progress_bar(stderr_console()) as progress:
-        task = progress.add_task("simulating", total=steps * len(specs))
-        for name, spec in specs.items():
-            progress.update(task, description=f"simulating {name}")
-            results.append(
-                simulate_cost(
-                    name, spec, dataset, server=server, lengths=lengths, train=train, steps=steps, batch=batch,
-                    seed=seed, on_step=lambda: progress.advance(task),
-                )
-            )  # fmt: skip
+    results = _each_method(
+        methods,
+        seed,
+        steps,
+        lambda name, spec, on_step: simulate_cost(
+            name, spec, dataset, server=server, lengths=lengths, train=train, steps=steps, batch=batch,
+            seed=seed, on_step=on_step,
+        ),
+    )  # fmt: skip
     add_ratios(results)
     settings = {"steps": steps, "batch": batch, "dataset_size": int(dataset.size), "seed": seed}
     doc = {

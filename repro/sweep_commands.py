@@ -118,6 +118,26 @@ class _Launch:
     slurm_flags: dict
     ray_flags: dict
 
+    @classmethod
+    def from_options(cls, options: dict) -> _Launch:
+        """From a command's parameters (its `locals()`), so `run` and `retry-failed` share one mapping."""
+        return cls(
+            file=options["file"],
+            launcher=options["launcher"],
+            runs_root=options["runs_root"],
+            max_parallel=options["max_parallel"],
+            steps=options["steps"],
+            batch=options["batch"],
+            wait=options["wait"],
+            retries=options["retries"],
+            poll=options["poll"],
+            dry_run=options.get("dry_run", False),
+            slurm_flags={
+                k: options[k] for k in ("account", "partition", "time", "gpus_per_node", "cpus_per_task", "mem")
+            },
+            ray_flags={"address": options["ray_address"], "python": options["python"]},
+        )
+
 
 def _scheduler(args: _Launch, sweep):
     from repro.launch.ray_jobs import DEFAULT_ADDRESS, RayScheduler
@@ -297,13 +317,7 @@ def run(
 
       repro sweep run sweeps/tiny.yaml --launcher ray --ray-address http://head:8265
     """
-    args = _Launch(
-        file, launcher, runs_root, max_parallel, steps, batch, wait, retries, poll, dry_run,
-        dict(account=account, partition=partition, time=time, gpus_per_node=gpus_per_node,
-             cpus_per_task=cpus_per_task, mem=mem),
-        dict(address=ray_address, python=python),
-    )  # fmt: skip
-    _launch(args, LAUNCHABLE_DEFAULT)
+    _launch(_Launch.from_options(locals()), LAUNCHABLE_DEFAULT)
 
 
 @app.command("retry-failed")
@@ -335,13 +349,7 @@ def retry_failed(
 
       repro sweep retry-failed sweeps/paper.yaml --launcher slurm --time 1-00:00:00
     """
-    args = _Launch(
-        file, launcher, runs_root, max_parallel, steps, batch, wait, retries, poll, False,
-        dict(account=account, partition=partition, time=time, gpus_per_node=gpus_per_node,
-             cpus_per_task=cpus_per_task, mem=mem),
-        dict(address=ray_address, python=python),
-    )  # fmt: skip
-    _launch(args, ("failed", "interrupted"))
+    _launch(_Launch.from_options(locals()), ("failed", "interrupted"))
 
 
 def _cell_names(runs_root: Path, sweep: Path | None, cells: list[str] | None = None) -> list[str]:
