@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +184,19 @@ def _window(window: int) -> int:
 # ----------------------------------------------------------------------------------------------- training
 
 
+def _method_lines(part: pd.DataFrame, sets: list[str], x: str) -> Iterator[tuple[pd.DataFrame, dict[str, Any]]]:
+    """Each method x prompt set of one panel, sorted by `x`, with the colour, line style and label that
+    every figure gives it (one colour per method, one line style per prompt set)."""
+    for method, prompt_set in _line_order(part):
+        line = part[(part["method"] == method) & (part["prompt_set"] == prompt_set)].sort_values(x)
+        style = {
+            "color": method_color(method),
+            "linestyle": _linestyle(prompt_set, sets),
+            "label": _label(method, prompt_set, sets),
+        }
+        yield line, style
+
+
 def reward_curve(
     training: pd.DataFrame, metric: str = REWARD, window: int = 20, expected: Expected | None = None
 ) -> Result:
@@ -208,15 +221,8 @@ def reward_curve(
         fig, axes = _panels(len(backbones))
         for ax, backbone in zip(axes, backbones, strict=True):
             part = means[means["backbone"] == backbone]
-            for method, prompt_set in _line_order(part):
-                line = part[(part["method"] == method) & (part["prompt_set"] == prompt_set)].sort_values("step")
-                ax.plot(
-                    line["step"].to_numpy(),
-                    moving_average(line[metric], window).to_numpy(),
-                    color=method_color(method),
-                    linestyle=_linestyle(prompt_set, sets[backbone]),
-                    label=_label(method, prompt_set, sets[backbone]),
-                )
+            for line, style in _method_lines(part, sets[backbone], "step"):
+                ax.plot(line["step"].to_numpy(), moving_average(line[metric], window).to_numpy(), **style)
             ax.set_title(backbone)
             ax.set_xlabel("training step")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -267,19 +273,10 @@ def reward_entropy(
         fig, axes = _panels(len(backbones))
         for ax, backbone in zip(axes, backbones, strict=True):
             part = means[means["backbone"] == backbone]
-            for method, prompt_set in _line_order(part):
-                line = part[(part["method"] == method) & (part["prompt_set"] == prompt_set)].sort_values("step")
+            for line, style in _method_lines(part, sets[backbone], "step"):
                 x = moving_average(line[entropy], window).to_numpy()
-                ax.plot(
-                    x,
-                    moving_average(line[reward], window).to_numpy(),
-                    color=method_color(method),
-                    linestyle=_linestyle(prompt_set, sets[backbone]),
-                    marker="o",
-                    markersize=3.5,
-                    markevery=[len(x) - 1],
-                    label=_label(method, prompt_set, sets[backbone]),
-                )
+                y = moving_average(line[reward], window).to_numpy()
+                ax.plot(x, y, marker="o", markersize=3.5, markevery=[len(x) - 1], **style)
             ax.set_title(backbone)
             ax.set_xlabel(f"{_METRIC_LABELS.get(entropy, entropy)} ({window}-step moving average)")
             ax.set_ylabel(f"{_METRIC_LABELS.get(reward, reward)} ({window}-step moving average)")
@@ -541,17 +538,8 @@ def passk(eval_df: pd.DataFrame, runs_root: Path | str | None = None, expected: 
         fig, axes = _panels(len(panels))
         for ax, (backbone, bench) in zip(axes, panels, strict=True):
             part = means[(means["backbone"] == backbone) & (means["benchmark"] == bench)]
-            for method, prompt_set in _line_order(part):
-                line = part[(part["method"] == method) & (part["prompt_set"] == prompt_set)].sort_values("k")
-                ax.plot(
-                    line["k"].to_numpy(),
-                    line["value"].to_numpy(),
-                    color=method_color(method),
-                    linestyle=_linestyle(prompt_set, sets[backbone]),
-                    marker="o",
-                    markersize=3,
-                    label=_label(method, prompt_set, sets[backbone]),
-                )
+            for line, style in _method_lines(part, sets[backbone], "k"):
+                ax.plot(line["k"].to_numpy(), line["value"].to_numpy(), marker="o", markersize=3, **style)
             ks = sorted(set(part["k"]))
             ax.set_xscale("log", base=2)
             ax.set_xticks(ks, [str(k) for k in ks])
