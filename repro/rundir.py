@@ -8,6 +8,8 @@ ask which path made a run (DESIGN.md, "The run directory is the contract")::
     <cell>/status.json                    {"state", "created", "attempts": [...]}, rewritten atomically
     <cell>/metrics/attempt-001.jsonl      verl file-logger lines {"step": s, "data": {...}}, one file per
                                           attempt because verl opens its file with mode "wb"
+    <cell>/metrics/attempt-001.sampler.jsonl  verl runs: the plugin's sampler metrics, same line format;
+                                          readers merge them into the same attempt's step rows
     <cell>/checkpoints/global_step_<k>/   verl's naming, plus latest_checkpointed_iteration.txt
     <cell>/eval/                          evaluation results
     <cell>/run.lock                       flock held by the live attempt; its text is the holder's pid
@@ -45,6 +47,7 @@ LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's tracker file name
 COMPLETE_MARKER = "COMPLETE"
 
 _ATTEMPT_RE = re.compile(r"attempt-(\d+)\.jsonl")
+SAMPLER_SUFFIX = ".sampler.jsonl"  # verl runs: the plugin's sampler metrics, beside verl's attempt file
 _STEP_DIR_RE = re.compile(r"global_step_(\d+)")
 # Hidden work dirs under checkpoints/: being filled, being replaced, being deleted. The pid says whose.
 _WORK_DIR_RE = re.compile(r"\.(staging|old|deleting)-global_step_(\d+)-(\d+)")
@@ -112,6 +115,47 @@ def _parse_record(line: bytes) -> tuple[int, dict] | None:
     if not isinstance(step, int) or isinstance(step, bool):
         return None
     return step, obj["data"]
+
+
+def sampler_file(attempt_file: str | os.PathLike[str]) -> Path:
+    """`attempt-NNN.sampler.jsonl` beside `attempt-NNN.jsonl`: where the verl plugin logs sampler metrics
+    (verl's trainer owns its own metrics dict and file, so they cannot go into verl's line)."""
+    path = Path(attempt_file)
+    return path.with_name(path.name.removesuffix(".jsonl") + SAMPLER_SUFFIX)
+
+
+def _read_lines(file: Path) -> tuple[list[tuple[int, dict]], int, int]:
+    """(records in file order, lines read, corrupt lines) of one metrics file."""
+    records, lines, corrupt = [], 0, 0
+    for line in file.read_bytes().splitlines():
+        lines += 1
+        record = _parse_record(line)
+        if record is None:
+            corrupt += 1
+        else:
+            records.append(record)
+    return records, lines, corrupt
+
+
+def read_attempt(file: str | os.PathLike[str]) -> tuple[list[tuple[int, dict]], int, int]:
+    """One attempt's records in file order, with its sampler file merged in: (records, lines, corrupt).
+
+    A step's sampler metrics join the record(s) verl logged for that step in the same attempt (verl's
+    values win on a shared name). Sampler lines of a step verl never logged in this attempt (it died
+    between sampling and logging; the resumed attempt replays that step) make no record of their own.
+    Lines and corrupt lines count both files.
+    """
+    file = Path(file)
+    records, lines, corrupt = _read_lines(file)
+    side = sampler_file(file)
+    if side.is_file():
+        extra, side_lines, side_corrupt = _read_lines(side)
+        lines, corrupt = lines + side_lines, corrupt + side_corrupt
+        by_step: dict[int, dict] = {}
+        for step, data in extra:
+            by_step.setdefault(step, {}).update(data)
+        records = [(step, {**by_step[step], **data}) if step in by_step else (step, data) for step, data in records]
+    return records, lines, corrupt
 
 
 def _json_number(key: str, value: Any) -> int | float | None:
@@ -367,17 +411,15 @@ class RunDir:
         return [p for _, p in sorted(found)]
 
     def read_metrics(self) -> MetricsRead:
-        """Merge every attempt by step; a later record for a step replaces an earlier one."""
+        """Merge every attempt by step (each with its sampler file, `read_attempt`); a later record for a
+        step replaces an earlier one."""
         out = MetricsRead()
         seen: dict[int, int] = {}
         for file in self.metrics_files():
-            for line in file.read_bytes().splitlines():
-                out.lines += 1
-                record = _parse_record(line)
-                if record is None:
-                    out.corrupt += 1
-                    continue
-                step, data = record
+            records, lines, corrupt = read_attempt(file)
+            out.lines += lines
+            out.corrupt += corrupt
+            for step, data in records:
                 seen[step] = seen.get(step, 0) + 1
                 out.by_step[step] = data
         out.duplicates = sum(1 for count in seen.values() if count > 1)

@@ -321,3 +321,48 @@ def test_failed_write_leaves_previous_results_and_no_temp_file(runs, tmp_path, m
     report = collect(runs, results)
     assert len(report.tables["training"]) == 13
     assert len(pd.read_parquet(results / "training.parquet")) == 13
+
+
+def test_verl_run_sampler_file_reaches_collect_and_the_sampling_table(tmp_path, capsys):
+    """A GPU (verl) run: verl's file logger writes attempt-001.jsonl, the plugin's manager writes the
+    sampler metrics beside it (attempt-001.sampler.jsonl); both land in the same training rows."""
+    from repro.cli import main
+    from repro.rundir import MetricsWriter, RunDir
+
+    name = "qwen2.5-math-7b__seq-balance__standard__s0"
+    root = tmp_path / "runs"
+    run = RunDir.prepare(root / name, {"cell": name, "preset": "paper", "overrides": ["a=1"]}, ["repro", "run"])
+    attempt = run.begin_attempt()
+    with MetricsWriter(attempt) as verl_log, MetricsWriter(attempt.with_name("attempt-001.sampler.jsonl")) as side:
+        for step in (1, 2, 3):
+            side.log(
+                step,
+                {
+                    "sampler/prompts": 8,
+                    "sampler/responses_total": 64 + 8 * step,
+                    "sampler/responses_per_prompt": (64 + 8 * step) / 8,
+                    "sampler/signal_frac": 0.5,
+                    "sampler/zero_variance_frac": 0.25,
+                    "sampler/unresolved": 2,
+                    "sampler/additional_samples": 8 * step,
+                },
+            )
+            verl_log.log(step, {"critic/rewards/mean": 0.1 * step, "timing_s/step": 30.0})
+    run.end_attempt("finished")
+
+    results = tmp_path / "results"
+    result = _invoke("--runs-root", str(root), "--results", str(results))
+    assert result.exit_code == 0, result.output
+    training = read_results(results)["training"].set_index("step")
+    assert list(training.index) == [1, 2, 3]
+    assert list(training["sampler/responses_total"]) == [72.0, 80.0, 88.0]
+    assert list(training["critic/rewards/mean"]) == pytest.approx([0.1, 0.2, 0.3])
+    assert (training["sampler/unresolved"] == 2).all()
+
+    csv_out = tmp_path / "sampling.csv"
+    assert main(["table", "sampling", "--results", str(results), "--out", str(csv_out)]) == 0
+    table = pd.read_csv(csv_out).set_index("method")
+    row = table.loc["seq-balance"]
+    assert row["responses per step"] == 80.0 and row["responses per prompt"] == 10.0
+    assert row["signal share %"] == 50.0 and row["unresolved share %"] == 25.0
+    assert row["additional samples per step"] == 16.0

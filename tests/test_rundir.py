@@ -432,3 +432,33 @@ def test_prune_never_deletes_the_pointed_checkpoint(tmp_path: Path) -> None:
     assert run.prune_checkpoints(keep_every=100, keep_last=1) == [1]
     assert run.latest_checkpoint() == (2, run.checkpoint_dir(2))
     assert run.checkpoint_dir(3).is_dir()
+
+
+def test_read_metrics_merges_the_verl_sampler_file_into_the_same_steps(tmp_path: Path) -> None:
+    """A verl attempt logs verl's metrics to attempt-NNN.jsonl and the plugin's sampler metrics beside it."""
+    run = fresh(tmp_path)
+    m = run.metrics_dir
+    (m / "attempt-001.jsonl").write_text(
+        '{"step": 0, "data": {"val/acc": 0.1}}\n'
+        '{"step": 1, "data": {"loss": 1.0}}\n'
+        '{"step": 2, "data": {"loss": 0.9}}\n'
+    )
+    # step 3 was sampled but the attempt died before verl logged it: not a logged step
+    (m / "attempt-001.sampler.jsonl").write_text(
+        '{"step": 1, "data": {"sampler/responses_total": 64, "est/alloc_max": 12}}\n'
+        '{"step": 2, "data": {"sampler/responses_total": 72, "dapo/num_gen_batches": 2}}\n'
+        '{"step": 3, "data": {"sampler/responses_total": 80}}\n'
+        '{"step": 4, "data": {"sampler/resp'
+    )
+    (m / "attempt-002.jsonl").write_text('{"step": 3, "data": {"loss": 0.7}}\n')
+    (m / "attempt-002.sampler.jsonl").write_text('{"step": 3, "data": {"sampler/responses_total": 88}}\n')
+    assert [p.name for p in run.metrics_files()] == ["attempt-001.jsonl", "attempt-002.jsonl"]
+    read = run.read_metrics()
+    assert read.by_step == {
+        0: {"val/acc": 0.1},
+        1: {"loss": 1.0, "sampler/responses_total": 64, "est/alloc_max": 12},
+        2: {"loss": 0.9, "sampler/responses_total": 72, "dapo/num_gen_batches": 2},
+        3: {"loss": 0.7, "sampler/responses_total": 88},
+    }
+    assert (read.lines, read.corrupt, read.duplicates) == (9, 1, 0)  # the torn sampler tail is corrupt
+    assert run.logged_steps() == {0, 1, 2, 3}

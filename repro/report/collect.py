@@ -36,7 +36,7 @@ import yaml
 from repro.atomic import fsync_dir
 from repro.errors import ReproError
 from repro.report.schema import RUN_KEYS, TABLES, WEIGHTED_AVERAGE
-from repro.rundir import RunDir, _parse_record
+from repro.rundir import RunDir, read_attempt
 
 LOCK_NAME = ".collect.lock"
 RUNS_COLUMNS = (*RUN_KEYS, "state", "steps_logged", "corrupt_lines", "duplicate_steps", "metrics_files", "path")
@@ -145,19 +145,17 @@ class _Metrics:
 
 
 def _read_metrics(run: RunDir) -> _Metrics:
-    """Every attempt file merged by step, in attempt order: each step once, the latest attempt's record wins."""
+    """Every attempt file merged by step, in attempt order: each step once, the latest attempt's record wins.
+    A verl attempt's sampler file is part of its attempt (`repro.rundir.read_attempt`)."""
     out = _Metrics()
     files_with: dict[int, int] = {}
     files = run.metrics_files()
     out.files = len(files)
     for file in files:
         in_this_file: set[int] = set()
-        for line in file.read_bytes().splitlines():
-            record = _parse_record(line)
-            if record is None:
-                out.corrupt += 1
-                continue
-            step, data = record
+        records, _, corrupt = read_attempt(file)
+        out.corrupt += corrupt
+        for step, data in records:
             in_this_file.add(step)
             out.by_step[step] = data  # a later line (same file or later attempt) replaces an earlier one
         for step in in_this_file:
