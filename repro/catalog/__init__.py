@@ -203,6 +203,16 @@ def gpu_resources(backbone: str) -> dict[str, Setting]:
     return dict(table[backbone])
 
 
+def cpu_resources(backbone: str) -> tuple[dict[str, Setting], dict[str, Setting]]:
+    """verl settings of a CPU backbone's rehearsal: (resources keyed as in gpu_resources.yaml, full-path
+    overrides applied on top of the cell's override list)."""
+    table = _cpu_resources()
+    if backbone not in table:
+        raise unknown_name("CPU backbone", backbone, table)
+    resources, overrides = table[backbone]
+    return dict(resources), dict(overrides)
+
+
 def get_backbone(name: str) -> Backbone:
     return _get(_backbones(), "backbone", name)
 
@@ -291,6 +301,27 @@ def _gpu_resources() -> Mapping[str, Settings]:
     return MappingProxyType(
         {k: _settings(_mapping(v, f"{filename}: {k}"), f"{filename}: {k}") for k, v in data.items()}
     )
+
+
+@functools.cache
+def _cpu_resources() -> Mapping[str, tuple[Settings, Settings]]:
+    filename = "cpu_resources.yaml"
+    data = _read(filename)
+    cpu = {k for k, b in _backbones().items() if b.device == "cpu"}
+    if set(data) != cpu:
+        raise CatalogError(f"{filename}: must list exactly the CPU backbones {sorted(cpu)}, got {sorted(data)}")
+    out = {}
+    for name, entry in data.items():
+        where = f"{filename}: {name}"
+        entry = _mapping(entry, where)
+        if set(entry) != {"resources", "overrides"}:
+            raise CatalogError(f"{where}: needs exactly 'resources' and 'overrides', got {sorted(entry)}")
+        gpu_keys = set(next(iter(_gpu_resources().values())))
+        resources = _settings(_mapping(entry["resources"], f"{where}.resources"), f"{where}.resources")
+        if set(resources) != gpu_keys:
+            raise CatalogError(f"{where}.resources: must have the keys of gpu_resources.yaml {sorted(gpu_keys)}")
+        out[name] = (resources, _settings(_mapping(entry["overrides"], f"{where}.overrides"), f"{where}.overrides"))
+    return MappingProxyType(out)
 
 
 # The parsers take already-loaded YAML, so tests can feed them broken data directly.

@@ -24,8 +24,10 @@ ADV_ESTIMATOR = "reinforce_ada"
 MANAGER_CLASS = "repro.verl_plugin.rollout.ReinforceAdaAgentLoopManager"
 CHECKPOINT_CALLBACK = "repro.verl_plugin.checkpoint.AdaStateCheckpoint"
 PLUGIN_MODULE = "repro.verl_plugin.register"
+CPU_MODULE = "repro.verl_plugin.cpu"  # loaded only for CPU cells
 ENTRY_MODULE = "repro.verl_plugin.entry"
 PRESETS = ("paper", "released")
+CPU_PRESET = "cpu"  # a CPU backbone's rehearsal: the CPU trainer's scaled values (repro.local.config)
 
 
 @dataclass
@@ -41,6 +43,7 @@ class VerlCell:
     metrics_file: str = ""
     wandb: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)
+    model_path: str = ""  # a CPU backbone's local model folder (GPU backbones load their Hub id)
 
     @property
     def name(self) -> str:
@@ -48,6 +51,12 @@ class VerlCell:
 
 
 def _hp(name: str, preset: str) -> Any:
+    if preset == CPU_PRESET:
+        from repro.local.config import CPU_SCALING
+
+        if name in CPU_SCALING:
+            return CPU_SCALING[name][0]
+        preset = "paper"
     setting = catalog.hyperparameters()[name]
     if preset == "released" and setting.released is not None:
         return setting.released
@@ -73,15 +82,18 @@ def build_overrides(cell: VerlCell) -> list[str]:
     if cell.preset not in PRESETS:
         raise ReproError(f"unknown preset {cell.preset!r}; valid presets: {', '.join(PRESETS)}")
     backbone = catalog.get_backbone(cell.backbone)
-    if backbone.device != "gpu":
-        raise ReproError(f"{cell.backbone} is a CPU backbone; run it without the verl launcher")
+    cpu = backbone.device == "cpu"
     method = catalog.get_method(cell.method)
     catalog.get_prompt_set(cell.prompt_set)
     spec = method.sampler_spec(seed=cell.seed)
     if cell.preset == "released" and spec.kind == "seq":
         spec = spec.with_(downsample=method.sampler["downsample"].released or "first")
-    res = {k: v.value for k, v in catalog.gpu_resources(cell.backbone).items()}
-    p = cell.preset
+    if cpu:
+        resources, cpu_overrides = catalog.cpu_resources(cell.backbone)
+    else:
+        resources, cpu_overrides = catalog.gpu_resources(cell.backbone), {}
+    res = {k: v.value for k, v in resources.items()}
+    p = CPU_PRESET if cpu else cell.preset
     o: dict[str, Any] = {
         "data.train_files": cell.train_file,
         "data.val_files": cell.val_file,
@@ -89,7 +101,7 @@ def build_overrides(cell: VerlCell) -> list[str]:
         "data.max_prompt_length": _hp("max_prompt_length", p),
         "data.max_response_length": _hp("max_response_length", p),
         "data.seed": cell.seed,
-        "actor_rollout_ref.model.path": backbone.hf_id,
+        "actor_rollout_ref.model.path": cell.model_path or backbone.hf_id,
         "actor_rollout_ref.actor.ppo_mini_batch_size": _hp("ppo_mini_batch_size", p),
         "actor_rollout_ref.actor.use_dynamic_bsz": True,
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": res["actor.ppo_max_token_len_per_gpu"],
@@ -146,6 +158,10 @@ def build_overrides(cell: VerlCell) -> list[str]:
         o["+actor_rollout_ref.rollout.agent.agent_loop_manager_class"] = MANAGER_CLASS
         for key, value in spec.to_dict().items():
             o[f"+algorithm.reinforce_ada.{key}"] = value
+    if cpu:  # after the shared part, before the user's own overrides
+        o["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES"] = f"{PLUGIN_MODULE},{CPU_MODULE}"
+        for key, setting in cpu_overrides.items():
+            o[key] = setting.value
     for key, value in cell.overrides.items():
         plain = key.lstrip("+")
         matches = [k for k in o if k.lstrip("+") == plain]

@@ -1,13 +1,36 @@
 """`python -m repro.verl_plugin.entry <hydra overrides>`: verl's own main, with the plugin imported first.
 
 Registration happens by import; importing here covers the driver, and the runtime env variable
-VERL_USE_EXTERNAL_MODULES (set by the config builder) covers every Ray worker process.
+VERL_USE_EXTERNAL_MODULES (set by the config builder) covers every Ray worker process. The driver takes
+the same environment the override list gives the Ray processes (`ray_kwargs.ray_init.runtime_env.env_vars.*`)
+before verl is imported, so both sides register the same classes and pick the same platform (a CPU cell's
+`VERL_PLATFORM=cpu`); a variable already set in the driver's environment wins.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+
+ENV_PREFIX = "ray_kwargs.ray_init.runtime_env.env_vars."
+
+
+def runtime_env_vars(argv: list[str]) -> dict[str, str]:
+    """The env vars an override list hands to Ray's runtime env, as Hydra will read their values."""
+    out = {}
+    for item in argv:
+        key, sep, value = item.lstrip("+").partition("=")
+        if sep and key.startswith(ENV_PREFIX):
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1].replace("\\" + value[0], value[0])
+            out[key[len(ENV_PREFIX) :]] = value
+    return out
+
 
 def main() -> None:
+    for name, value in runtime_env_vars(sys.argv[1:]).items():
+        os.environ.setdefault(name, value)
+
     from verl.trainer.main_ppo import main as verl_main
 
     import repro.verl_plugin.register  # noqa: F401
