@@ -3,15 +3,24 @@
 Training on CPU, the verl reward hook (`custom_reward_function`) and evaluation all call `compute_score`,
 so a response is judged the same way everywhere. Failures to parse or verify score 0 and are counted,
 never raised: one odd response must not stop a run.
+
+math-verify's own time limits use SIGALRM, which only works in the main thread. verl calls the reward in
+executor threads, so there `compute_score` hands verification to a worker process with a hard limit
+(`repro.evaluation.grading.Grader`, the evaluation grader, which runs this module's `_judge`): a call over
+`REWARD_TIMEOUT_S` is abandoned by killing the worker, scores 0 and is counted as "timeout". Verdicts are
+memoised in this process either way, so a repeated answer never leaves it.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 from functools import lru_cache
 
 STATS: Counter[str] = Counter()
+REWARD_TIMEOUT_S = 10.0  # hard limit per verification off the main thread (the worker is killed past it)
+REWARD_INNER_TIMEOUT_S = 5  # math-verify's own parse/verify alarm inside that worker, as in the main thread
 
 
 def last_boxed(text: str) -> str | None:
@@ -44,9 +53,52 @@ def _gold(ground_truth: str, seconds: int | None = 5):
 _CACHE: dict[tuple[str, str], tuple[float, str]] = {}
 
 
+_GRADER = None  # the off-main-thread worker (a Grader), started on first use; its pid guards against forks
+_GRADER_PID = 0
+_GRADER_LOCK = threading.Lock()
+
+
 def clear_cache() -> None:
+    """Forget memoised verdicts and stop the off-main-thread worker (the next call starts a fresh one)."""
+    global _GRADER
     _CACHE.clear()
     _gold.cache_clear()
+    with _GRADER_LOCK:
+        if _GRADER is not None and os.getpid() == _GRADER_PID:
+            _GRADER.close()
+        _GRADER = None
+
+
+def _shared_grader():
+    """This process's hard-limit grading worker, (re)made with the current limits; call under _GRADER_LOCK."""
+    global _GRADER, _GRADER_PID
+    if _GRADER is None or os.getpid() != _GRADER_PID:  # a forked child must not share its parent's pipe
+        from repro.evaluation.grading import Grader
+
+        _GRADER = Grader(timeout_s=REWARD_TIMEOUT_S, inner_timeout_s=REWARD_INNER_TIMEOUT_S)
+        _GRADER_PID = os.getpid()
+    return _GRADER
+
+
+def _judge_hard(prediction: str, ground_truth: str) -> tuple[float, str]:
+    """`_judge` off the main thread: memo first, else the worker process, under a hard time limit.
+
+    One worker per process, one item at a time (a Grader is not thread-safe); verl's reward workers are
+    separate processes, and in-thread verification was serialised by the GIL anyway."""
+    global _GRADER
+    key = (prediction, ground_truth)
+    if key in _CACHE:
+        return _CACHE[key]
+    with _GRADER_LOCK:
+        try:
+            grade = _shared_grader().judge(prediction, ground_truth)
+        except RuntimeError:  # the worker could not start: score 0, counted, and try a fresh one next time
+            _GRADER = None
+            return 0.0, "error"
+    result = (grade.score, grade.outcome)
+    if grade.outcome in ("correct", "wrong", "parse_failed") and len(_CACHE) < 500_000:
+        _CACHE[key] = result
+    return result
 
 
 def _judge(prediction: str, ground_truth: str, *, timeout: int = 5, use_cache: bool = True) -> tuple[float, str]:
@@ -90,6 +142,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     if boxed is None:
         STATS["no_boxed"] += 1
         return 0.0
-    score, outcome = _judge(boxed.strip(), str(ground_truth).strip())
+    judge = _judge if _in_main_thread() else _judge_hard
+    score, outcome = judge(boxed.strip(), str(ground_truth).strip())
     STATS[outcome] += 1
     return score

@@ -193,3 +193,44 @@ def test_arguments_are_checked():
         Grader(workers=0)
     with pytest.raises(ValueError):
         Grader(mp_context="fork")
+
+
+def _in_thread(fn, limit_s: float):
+    """fn() in a daemon thread (verl scores in executor threads); (result, seconds), or fail at limit_s."""
+    import threading
+
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    start = time.monotonic()
+    thread.start()
+    thread.join(limit_s)
+    elapsed = time.monotonic() - start
+    assert not thread.is_alive(), f"compute_score off the main thread still running after {limit_s} s"
+    return out[0], elapsed
+
+
+def test_training_reward_off_the_main_thread_has_a_hard_time_limit(monkeypatch):
+    """verl calls compute_score in executor threads, where math-verify's signal alarm is off: the
+    reward must still stop a pathological answer, score it 0 and count it, and stay memoised."""
+    from repro import reward
+
+    monkeypatch.setattr(reward, "REWARD_TIMEOUT_S", SHORT_LIMIT, raising=False)
+    monkeypatch.setattr(reward, "REWARD_INNER_TIMEOUT_S", 5, raising=False)  # only the hard limit is in time
+    reward.clear_cache()
+    try:
+        # start-up (spawn + imports) is not charged to an item: warm the worker first
+        assert _in_thread(lambda: compute_score("t", r"\boxed{7}", "7"), 60.0)[0] == 1.0
+        before = reward.STATS["timeout"]
+        score, elapsed = _in_thread(lambda: compute_score("t", PATHOLOGICAL, "1"), SHORT_LIMIT + 15.0)
+        assert score == 0.0
+        assert elapsed < SHORT_LIMIT + RESTART_SLACK + 1.0
+        assert reward.STATS["timeout"] == before + 1
+        # the normal case stays cheap: a repeated answer is a memo hit, in any thread
+        judged = reward._shared_grader().worker_calls
+        for _ in range(3):
+            assert _in_thread(lambda: compute_score("t", r"so \boxed{7}", "7"), 5.0)[0] == 1.0
+        assert compute_score("t", r"\boxed{7}", "7") == 1.0
+        assert reward._shared_grader().worker_calls == judged
+        assert _in_thread(lambda: compute_score("t", r"\boxed{8}", "7"), 30.0)[0] == 0.0  # still grading
+    finally:
+        reward.clear_cache()

@@ -198,18 +198,24 @@ class Grader:
         return self.grade_many([(response, ground_truth)])[0]
 
     def grade_many(self, pairs: Iterable[tuple[str, str]]) -> list[Grade]:
-        if self._closed:
-            raise RuntimeError("Grader is closed")
         keys: list[tuple[str, str] | None] = []
-        todo: dict[tuple[str, str], None] = {}  # unseen keys, first-seen order, deduplicated
         for response, ground_truth in pairs:
             boxed = last_boxed(response)
-            if boxed is None:
-                keys.append(None)
-                continue
-            key = (boxed.strip(), str(ground_truth).strip())
-            keys.append(key)
-            if key not in self._memo:
+            keys.append(None if boxed is None else (boxed.strip(), str(ground_truth).strip()))
+        return self._grade_keys(keys)
+
+    def judge(self, prediction: str, ground_truth: str) -> Grade:
+        """`grade` for an answer already taken out of its box: verifies `prediction` (a boxed content) as
+        is. `repro.reward.compute_score` uses it off the main thread, where it has no other time limit."""
+        return self._grade_keys([(prediction.strip(), str(ground_truth).strip())])[0]
+
+    def _grade_keys(self, keys: list[tuple[str, str] | None]) -> list[Grade]:
+        """Grades for (boxed content, reference) keys, None meaning "no box"; memoised, counted."""
+        if self._closed:
+            raise RuntimeError("Grader is closed")
+        todo: dict[tuple[str, str], None] = {}  # unseen keys, first-seen order, deduplicated
+        for key in keys:
+            if key is not None and key not in self._memo:
                 todo[key] = None
         if todo:
             jobs = list(todo)
