@@ -104,6 +104,35 @@ def gpu_data_files(model: str, prompt_set: str, train_file: Path | None, val_fil
     return train_file or folder / "train.parquet", val_file or folder / "val.parquet"
 
 
+def verl_size_sets(steps: int | None, batch: int | None) -> dict[str, int]:
+    """`--steps` and `--batch` as the verl keys they set on a verl-engine cell."""
+    out = {}
+    if steps is not None:
+        out["trainer.total_training_steps"] = steps
+    if batch is not None:
+        out["data.train_batch_size"] = batch
+    return out
+
+
+def cpu_rehearsal_inputs(
+    model: str, prompt_set: str, train_file: Path | None, val_file: Path | None
+) -> tuple[Path, Path, str]:
+    """A CPU backbone on verl's trainer (`--engine verl`): the same training prompts and model folder as the
+    local engine (the filtered set when `repro data filter` has built it, else the whole pool), so the two
+    engines train on the same data; validation is off in training, verl only loads the file."""
+    from repro.local.model import TinyModelSpec, model_folder
+    from repro.paths import repro_home
+    from repro.tasks.tiny_arith import data_folder
+
+    filtered = repro_home() / "data" / f"{model}-{prompt_set}"
+    if (filtered / "train.parquet").exists():
+        train, val = filtered / "train.parquet", filtered / "val.parquet"
+    else:
+        pool = data_folder(0)
+        train, val = pool / "train.parquet", pool / "tiny-math500.parquet"
+    return train_file or train, val_file or val, str(model_folder(TinyModelSpec()))
+
+
 @dataclass
 class VerlRun:
     """A GPU cell as its run folder records it: the config for RunDir.prepare and the trainer command
@@ -137,7 +166,11 @@ def verl_run(
     from repro.launch.attempt import PLACEHOLDER
     from repro.verl_plugin.config_builder import VerlCell, build_overrides
 
-    train, val = gpu_data_files(model, prompt_set, train_file, val_file)
+    model_path = ""
+    if catalog.get_backbone(model).device == "cpu":
+        train, val, model_path = cpu_rehearsal_inputs(model, prompt_set, train_file, val_file)
+    else:
+        train, val = gpu_data_files(model, prompt_set, train_file, val_file)
     cell = VerlCell(
         model,
         method,
@@ -150,6 +183,7 @@ def verl_run(
         metrics_file=str(Path(path) / "metrics" / PLACEHOLDER),
         wandb=wandb,
         overrides=dict(sets or {}),
+        model_path=model_path,
     )
     overrides = build_overrides(cell)
     values = dict(item.split("=", 1) for item in overrides)

@@ -12,7 +12,9 @@ import yaml
 from repro import catalog
 from repro.errors import ReproError
 
-_KEYS = {"name", "description", "backbones", "methods", "prompt_sets", "seeds", "preset", "overrides", "slurm", "ray"}
+_KEYS = {"name", "description", "backbones", "methods", "prompt_sets", "seeds", "preset", "engine", "overrides"}
+_KEYS |= {"slurm", "ray"}
+ENGINES = ("local", "verl")  # CPU backbones: the CPU trainer, or verl's real trainer (GPU backbones: always verl)
 _RAY_KEYS = {"address", "python"}
 PRESETS = ("paper", "released")
 
@@ -34,6 +36,7 @@ class Sweep:
     prompt_sets: tuple[str, ...]
     seeds: tuple[int, ...]
     preset: str = "paper"
+    engine: str = "local"
     overrides: dict[str, Any] = field(default_factory=dict)
     slurm: dict[str, Any] = field(default_factory=dict)  # sbatch defaults (repro.launch.slurm.SlurmOptions)
     ray: dict[str, Any] = field(default_factory=dict)  # Jobs API defaults: address, python
@@ -76,6 +79,9 @@ def load_sweep(path: str | Path) -> Sweep:
     preset = data.get("preset", "paper")
     if preset not in PRESETS:
         raise ReproError(f"{path}: preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    engine = data.get("engine", "local")
+    if engine not in ENGINES:
+        raise ReproError(f"{path}: engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     overrides = data.get("overrides") or {}
     if not isinstance(overrides, dict):
         raise ReproError(f"{path}: 'overrides' must be a mapping of dotted verl keys to values")
@@ -96,6 +102,7 @@ def load_sweep(path: str | Path) -> Sweep:
         prompt_sets=names("prompt_sets", catalog.prompt_sets()),
         seeds=tuple(seeds),
         preset=preset,
+        engine=engine,
         overrides=dict(overrides),
         slurm=dict(slurm),
         ray=dict(ray),

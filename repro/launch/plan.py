@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from repro import catalog
-from repro.cell_config import VerlRun, parse_sets, resolve_cpu_config, verl_run
+from repro.cell_config import VerlRun, parse_sets, resolve_cpu_config, verl_run, verl_size_sets
 from repro.launch.attempt import PLACEHOLDER
 from repro.rundir import cell_name
 from repro.sweep import Cell, Sweep
@@ -24,6 +24,10 @@ class CpuOptions:
 
     steps: int | None = None
     batch: int | None = None
+
+    def verl_sets(self) -> dict[str, Any]:
+        """The same knobs as verl keys, as `repro run --engine verl` maps --steps and --batch."""
+        return verl_size_sets(self.steps, self.batch)
 
     def args(self) -> list[str]:
         out: list[str] = []
@@ -72,6 +76,7 @@ def cpu_argv(cell: Cell, sweep: Sweep, runs_root: Path, options: CpuOptions, pyt
         str(cell.seed),
         "--runs-root",
         str(runs_root),
+        *(["--engine", "verl"] if sweep.engine == "verl" else []),
         *_set_args(sweep.overrides),
         *options.args(),
     ]
@@ -93,6 +98,10 @@ def plan_cell(
     if catalog.get_backbone(cell.backbone).device == "cpu":
         argv = cpu_argv(cell, sweep, root, options, python)
         sets = parse_sets([a for prev, a in itertools.pairwise(argv) if prev == "--set"])
+        if sweep.engine == "verl":  # the job's `repro run --engine verl` records the same verl config
+            sets.update(options.verl_sets())
+            spec = verl_run(cell.backbone, cell.method, cell.prompt_set, cell.seed, run_dir, sets=sets)
+            return CellPlan(cell, name, run_dir, spec.config, argv, None)
         config, _note = resolve_cpu_config(
             cell.backbone, cell.method, cell.prompt_set, cell.seed, options.steps, options.batch, sets
         )

@@ -25,7 +25,7 @@ import torch
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.core_algos import register_adv_est
 
-from repro.verl_plugin import pool_stats
+from repro.verl_plugin import audit, pool_stats
 
 __all__ = ["ADV_ESTIMATOR", "MANAGER_CONFIG_KEY", "compute_reinforce_ada_advantage", "global_std_norm_enabled"]
 
@@ -125,4 +125,16 @@ def compute_reinforce_ada_advantage(
         per_row = centred * torch.as_tensor(weight, dtype=torch.float64, device=device)
         per_row = torch.where(torch.as_tensor(known, device=device), per_row, torch.zeros_like(per_row))
         advantages = per_row.to(token_level_rewards.dtype).unsqueeze(-1) * response_mask.to(token_level_rewards.dtype)
+    if audit.updates_enabled():
+        audit.append(
+            "update",
+            {
+                "uid": uids,
+                "score": scores.tolist(),
+                "pool_mean": mean.tolist(),
+                "weight": weight.tolist(),
+                "known": known.tolist(),
+                "advantage": per_row.tolist(),
+            },
+        )
     return advantages, advantages

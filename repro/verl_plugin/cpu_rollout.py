@@ -32,9 +32,11 @@ from typing import Any
 
 import ray
 import torch
+from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
-from verl.utils.config import omega_conf_to_dataclass
+
+from repro.verl_plugin import audit
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +190,7 @@ class CpuRolloutServer:
 
     # -- what the replica and verl's client call ------------------------------------------------------
     async def ready(self) -> str:
+        audit.append("rollout", {"event": "start", "version": 0, "global_steps": None, "digest": self.digests[-1]})
         return self.digests[-1]
 
     async def generate(
@@ -206,9 +209,7 @@ class CpuRolloutServer:
         prompt = [int(t) for t in prompt_ids]
         room = self.max_model_len - len(prompt)
         if room < 1:
-            raise ValueError(
-                f"prompt of {len(prompt)} tokens leaves no room within max_model_len {self.max_model_len}"
-            )
+            raise ValueError(f"prompt of {len(prompt)} tokens leaves no room within max_model_len {self.max_model_len}")
         if "max_tokens" in params:
             max_tokens = int(params.pop("max_tokens"))
         elif "max_new_tokens" in params:
@@ -293,6 +294,10 @@ class CpuRolloutServer:
             self.digests.append(weights_digest(self.model))
         if global_steps is not None:
             self.global_steps = global_steps
+        audit.append(
+            "rollout",
+            {"event": "update", "version": self.version, "global_steps": global_steps, "digest": self.digests[-1]},
+        )
         return self.digests[-1]
 
     async def stats(self) -> dict[str, Any]:
@@ -414,6 +419,7 @@ class CpuServerAdapter(BaseRollout):
             return
         if os.environ.get(DROP_UPDATES_ENV, "") == "1":
             logger.warning("%s=1: weight update of step %s dropped (control run)", DROP_UPDATES_ENV, global_steps)
+            audit.append("rollout", {"event": "dropped", "global_steps": global_steps})
             await self._server().set_global_steps.remote(global_steps)
             return
         await self._server().update_weights.remote(named, global_steps)

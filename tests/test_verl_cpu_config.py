@@ -1,0 +1,72 @@
+"""The CPU rehearsal's override list: the GPU cell's list with the CPU resources (data) on top."""
+
+from __future__ import annotations
+
+import pytest
+
+from repro import catalog
+from repro.verl_plugin.config_builder import CPU_MODULE, PLUGIN_MODULE, VerlCell, build_overrides, compose_and_validate
+from repro.verl_plugin.entry import runtime_env_vars
+
+
+def compose_value(cfg, key: str):
+    node = cfg
+    for part in key.lstrip("+").split("."):
+        node = node[part]
+    return node
+
+
+def _values(overrides: list[str]) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in overrides)
+
+
+@pytest.mark.parametrize("method", ["seq-balance", "est", "grpo-n4", "dapo", "seq-pos-stream"])
+def test_cpu_cell_composes_and_validates_with_cpu_resources(method) -> None:
+    cell = VerlCell("tiny-arith", method, "standard", 0, train_file="t.parquet", val_file="v.parquet", model_path="/m")
+    overrides = build_overrides(cell)
+    cfg = compose_and_validate(overrides)
+    assert cfg.trainer.device == "cpu" and cfg.actor_rollout_ref.rollout.name == "cpu"
+    assert cfg.actor_rollout_ref.model.path == "/m"
+    assert cfg.trainer.n_gpus_per_node == 1 and cfg.reward.num_workers == 1
+    # the CPU trainer's scaled values, not the paper's GPU ones
+    assert cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(3e-4)
+    assert cfg.data.max_prompt_length == 48 and cfg.data.max_response_length == 16
+    env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env.VERL_PLATFORM == "cpu"
+    modules = env.VERL_USE_EXTERNAL_MODULES
+    assert modules.split(",") == [PLUGIN_MODULE, CPU_MODULE]  # the comma survives Hydra
+    # every CPU override from the catalog is in the list with its value
+    _, cpu = catalog.cpu_resources("tiny-arith")
+    for key, setting in cpu.items():
+        assert compose_value(cfg, key) == setting.value, key
+
+
+def test_gpu_cell_never_loads_the_cpu_module() -> None:
+    overrides = build_overrides(VerlCell("qwen2.5-math-7b", "seq-balance", "standard", 0))
+    values = _values(overrides)
+    assert CPU_MODULE not in values["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES"]
+    assert values["actor_rollout_ref.rollout.name"] == "vllm"
+    assert not any("VERL_PLATFORM" in item for item in overrides)
+
+
+def test_driver_takes_the_runtime_env_of_the_override_list() -> None:
+    cell = VerlCell(
+        "tiny-arith",
+        "grpo-n4",
+        "standard",
+        0,
+        model_path="/m",
+        overrides={"+ray_kwargs.ray_init.runtime_env.env_vars.X": 1},
+    )
+    env = runtime_env_vars(build_overrides(cell))
+    assert env["VERL_PLATFORM"] == "cpu"
+    assert env["VERL_USE_EXTERNAL_MODULES"] == f"{PLUGIN_MODULE},{CPU_MODULE}"
+    assert env["X"] == "1"  # Ray takes strings only
+
+
+def test_cpu_resources_cover_the_gpu_resource_keys() -> None:
+    resources, overrides = catalog.cpu_resources("tiny-arith")
+    assert set(resources) == set(catalog.gpu_resources("qwen2.5-math-7b"))
+    assert all(setting.source for setting in [*resources.values(), *overrides.values()])
+    with pytest.raises(Exception, match="CPU backbone"):
+        catalog.cpu_resources("qwen2.5-math-7b")
