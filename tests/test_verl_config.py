@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from repro import catalog
 from repro.cli import main
 from repro.errors import ReproError
+from repro.sampling import SamplerSpec
 from repro.sweep import load_sweep
 from repro.verl_plugin.config_builder import (
     CHECKPOINT_CALLBACK,
@@ -107,9 +109,16 @@ def test_method_knobs() -> None:
     g16 = compose(build_overrides(cell(method="grpo-n16")))
     assert g16.algorithm.adv_estimator == "grpo" and g16.actor_rollout_ref.rollout.n == 16
     assert g16.algorithm.norm_adv_by_std_in_grpo is True and "reinforce_ada" not in g16.algorithm
-    dapo = compose(build_overrides(cell(method="dapo")))
-    assert dapo.algorithm.filter_groups.enable is True and dapo.algorithm.filter_groups.metric == "acc"
-    assert dapo.algorithm.filter_groups.max_num_gen_batches == 10 and dapo.actor_rollout_ref.rollout.n == 4
+    # DAPO: the plugin's manager runs the core's bounded refills; verl's own group filter stays off
+    dapo = compose_and_validate(build_overrides(cell(method="dapo")))
+    assert dapo.algorithm.filter_groups.enable is False and dapo.actor_rollout_ref.rollout.n == 4
+    assert dapo.algorithm.adv_estimator == "grpo" and dapo.algorithm.norm_adv_by_std_in_grpo is True
+    assert dapo.actor_rollout_ref.rollout.agent.agent_loop_manager_class == MANAGER_CLASS
+    dapo_spec = OmegaConf.to_container(dapo.algorithm.reinforce_ada)
+    assert SamplerSpec.from_dict(dapo_spec) == catalog.get_method("dapo").sampler_spec(seed=0)
+    assert (dapo_spec["kind"], dapo_spec["n"], dapo_spec["max_num_gen_batches"]) == ("dapo", 4, 10)
+    assert dapo_spec["gen_batch_size"] is None and dapo_spec["on_cap"] == "short"
+    assert dapo.data.get("gen_batch_size") is None  # one dataloader batch of train_batch_size per step
     est = compose(build_overrides(cell(method="est")))
     assert est.actor_rollout_ref.rollout.n == 8 and est.algorithm.reinforce_ada.n_max == 32
 

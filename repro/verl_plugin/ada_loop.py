@@ -18,6 +18,16 @@ so for the same per-prompt response streams both give identical pools and update
 interleaving across prompts changes. Responses are numbered per prompt in arrival order: the order
 `generate` returns them, batch after batch, which is the order the core sees them.
 
+DAPO (METHODS.md "DAPO"; `spec.kind == "dapo"`) runs synchronous rounds only: each generation batch is
+one request of `n` responses per prompt, and a refill is decided once the whole batch is scored. The
+caller then supplies `refill(count)`, an awaitable returning `count` fresh prompt ids; whenever the core
+wants more prompts (`StepSampler.prompts_wanted()`, at most `max_num_gen_batches` generation batches in
+all) the driver awaits it, adds the ids with `add_prompts` (they take the next `count` slots, in order,
+so the caller's slot -> prompt table just grows) and generates for them through the same
+`generate(slot, count)`. At the cap the core decides, as on the CPU path (`repro.local.trainer` lets
+it propagate): `on_cap="short"` trains on the mixed groups collected so far (`dapo/cap_hit` = 1),
+`on_cap="error"` raises `DapoCapExceeded` out of this driver.
+
 Framework-light on purpose: numpy and asyncio only, no torch or verl at import time, so the verl worker
 can import it cheaply and the tests can drive it with a fake server (`fake_server.FakeLLMServer`).
 """
@@ -49,6 +59,7 @@ class Sample:
 
 
 GenerateFn = Callable[[int, int], Awaitable[list[Sample]]]  # (slot, count) -> count scored samples
+RefillFn = Callable[[int], Awaitable[Sequence[Hashable]]]  # count -> count fresh prompt ids (DAPO)
 RewardFn = Callable[..., float]
 
 
@@ -92,15 +103,20 @@ async def run_adaptive_step(
     step: int = 0,
     estimator: BetaBernoulliEstimator | None = None,
     max_concurrency: int | None = None,
+    refill: RefillFn | None = None,
 ) -> AdaptiveStep:
     """Sample one step for `prompt_ids` (slot i is prompt_ids[i]) and select the update groups.
 
     `max_concurrency` caps how many `generate(slot, count)` batches are awaited at once (a prompt's
-    batch counts once however large it is); None means no cap. Seq, Est and uniform are supported; DAPO
-    refills prompt batches and is left to verl's native `filter_groups` on this path (METHODS.md).
+    batch counts once however large it is); None means no cap. Seq, Est and uniform sample the given
+    prompts only; DAPO also needs `refill` (see the module docstring), whose prompts take slots
+    len(prompt_ids), len(prompt_ids) + 1, ... in the order they are returned.
     """
-    if spec.kind == "dapo":
-        raise ValueError("dapo uses verl's native filter_groups on the verl path, not this driver")
+    if spec.kind == "dapo" and refill is None:
+        raise ValueError(
+            "dapo draws more prompt batches: pass refill=(count -> fresh prompt ids); on the verl path the "
+            "plugin's manager does, in place of verl's native filter_groups"
+        )
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1 or None, got {max_concurrency}")
     sampler = StepSampler(spec, prompt_ids, step=step, estimator=estimator)
@@ -123,7 +139,10 @@ async def run_adaptive_step(
         pools[slot].extend(samples)
         sampler.observe(slot, np.array([float(s.reward) for s in samples]))
 
-    if spec.streaming:
+    if spec.kind == "dapo":
+        assert refill is not None
+        await _run_dapo_rounds(sampler, pools, draw, accept, refill)
+    elif spec.streaming:
 
         async def prompt_task(slot: int) -> None:
             while (count := sampler.request(slot)) > 0:
@@ -142,6 +161,37 @@ async def run_adaptive_step(
     if not sampler.done():  # pragma: no cover - the core guarantees this once nothing is waiting
         raise RuntimeError("sampling stopped with prompts still needing responses")
     return _assemble(sampler.finalize(), pools)
+
+
+async def _run_dapo_rounds(
+    sampler: StepSampler,
+    pools: dict[int, list[Sample]],
+    draw: Callable[[int, int], Awaitable[list[Sample]]],
+    accept: Callable[[int, list[Sample]], None],
+    refill: RefillFn,
+) -> None:
+    """DAPO's generation batches: score a whole batch, then refill while the core wants prompts.
+
+    `prompts_wanted()` raises `DapoCapExceeded` at the cap under `on_cap="error"`; it propagates.
+    """
+    while True:
+        wanted = sampler.prompts_wanted()
+        if wanted > 0:
+            fresh = list(await refill(wanted))
+            if len(fresh) != wanted:
+                raise RuntimeError(f"refill returned {len(fresh)} prompts for {wanted} requested")
+            first = sampler.num_slots
+            slots = sampler.add_prompts(fresh)
+            if [int(s) for s in slots] != list(range(first, first + wanted)):  # pragma: no cover - core contract
+                raise RuntimeError(f"refill slots {slots.tolist()} are not the next {wanted} slots after {first}")
+            for slot in slots:
+                pools[int(slot)] = []
+        slots, counts = sampler.plan()
+        if slots.size == 0:
+            break
+        batches = await _gather_or_cancel(draw(int(s), int(c)) for s, c in zip(slots, counts, strict=True))
+        for slot, samples in zip(slots, batches, strict=True):
+            accept(int(slot), samples)
 
 
 def _assemble(result: StepResult, pools: dict[int, list[Sample]]) -> AdaptiveStep:

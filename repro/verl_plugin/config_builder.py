@@ -150,9 +150,14 @@ def build_overrides(cell: VerlCell) -> list[str]:
         o["algorithm.adv_estimator"] = "grpo"
         o["algorithm.norm_adv_by_std_in_grpo"] = spec.norm_adv_by_std
     if spec.kind == "dapo":
-        o["algorithm.filter_groups.enable"] = True
-        o["algorithm.filter_groups.metric"] = "acc"
-        o["algorithm.filter_groups.max_num_gen_batches"] = spec.max_num_gen_batches
+        # DAPO's refills run in the plugin's manager, through the sampling core as on the CPU path
+        # (bounded by max_num_gen_batches, dapo/* metrics); verl 0.9.1's v1 replay buffer would ignore the
+        # cap and refill without bound, so its own group filter stays off and does not filter a second time.
+        # The advantage is verl's grpo over each kept group of n (repro.verl_plugin.rollout, "DAPO").
+        o["algorithm.filter_groups.enable"] = False
+        o["+actor_rollout_ref.rollout.agent.agent_loop_manager_class"] = MANAGER_CLASS
+        for key, value in spec.to_dict().items():
+            o[f"+algorithm.reinforce_ada.{key}"] = value
     if spec.kind in ("seq", "est"):
         o["algorithm.adv_estimator"] = ADV_ESTIMATOR
         o["+actor_rollout_ref.rollout.agent.agent_loop_manager_class"] = MANAGER_CLASS

@@ -10,6 +10,13 @@ exactly those to TransferQueue under `{uid}_{j}_0`, as verl's default worker wou
 sessions, and marks the prompt finished. Per-prompt pool statistics go to `pool_stats`, where the
 `reinforce_ada` advantage estimator (same process) reads them.
 
+DAPO (`algorithm.reinforce_ada.kind=dapo`, grpo advantage) takes the same path with refills: when the
+core wants more prompts, the manager draws them from its own deterministic stream over the training set
+and begins them on the workers (registered in TransferQueue as prompts, with fresh uids); after the step
+only the kept mixed groups are published, the other prompt keys are cleared, so verl's replay buffer
+finds exactly `train_batch_size` terminal prompts. What verl's trainer reads and why verl's own
+`filter_groups` is not used: `repro.verl_plugin.refill`.
+
 Everything verl-facing here needs Ray, TransferQueue and inference servers, so it runs on GPU machines
 only; the loop it drives (`ada_loop`) and the estimator are tested on CPU against verl's real code.
 """
@@ -34,6 +41,7 @@ from repro.rundir import MetricsWriter
 from repro.sampling.spec import SamplerSpec
 from repro.verl_plugin import pool_stats, state
 from repro.verl_plugin.ada_loop import Sample, run_adaptive_step
+from repro.verl_plugin.refill import RefillStream, load_records, plan_dapo_commit, slot_keys
 
 logger = logging.getLogger(__name__)
 _COLLECT = contextvars.ContextVar("reinforce_ada_collect", default=False)
@@ -112,6 +120,18 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
             status = "failure"
         await tq.async_kv_put(key=uid, partition_id="train", tag={"status": status})
 
+    async def ada_begin_refill(self, rows: list[dict[str, Any]], global_steps: int) -> None:
+        """DAPO: begin refill prompts, first registering each as the trainer registers its own prompts."""
+        for row in rows:
+            tag = {"is_prompt": True, "status": "pending", "global_steps": global_steps}
+            await tq.async_kv_put(key=row["uid"], partition_id="train", tag=tag)
+        await self.ada_begin(rows, global_steps)
+
+    async def ada_drop(self, uid: str) -> None:
+        """DAPO: forget a dropped prompt and clear its prompt key, so verl's replay buffer never sees it."""
+        self._ada.pop(uid, None)
+        await tq.async_kv_clear(keys=[uid], partition_id="train")
+
 
 class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
     def __init__(self, *args, **kwargs):
@@ -147,13 +167,24 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
             rewards = await owner[uids[slot]].ada_generate.remote(uids[slot], count)
             return [Sample(reward=r, payload=None) for r in rewards]
 
+        dapo = self.spec.kind == "dapo"
+        refill = self._dapo_refill(rows, step, uids, owner) if dapo else None
         try:
             result = await run_adaptive_step(
-                self.spec, prompt_keys, generate, step=step, estimator=state.estimator(self.spec)
+                self.spec, prompt_keys, generate, step=step, estimator=state.estimator(self.spec), refill=refill
             )
+            commit = plan_dapo_commit(result.result.included, len(rows), len(rows)) if dapo else None
         except Exception:
             await asyncio.gather(*(owner[u].ada_commit.remote(u, [], False) for u in uids))
             raise
+        if commit is not None:
+            await asyncio.gather(
+                *(owner[uids[s]].ada_commit.remote(uids[s], list(result.kept_index[s])) for s in commit.publish),
+                *(owner[uids[s]].ada_commit.remote(uids[s], []) for s in commit.fill),
+                *(owner[uids[s]].ada_drop.remote(uids[s]) for s in commit.drop),
+            )
+            self._log(step, result.metrics)
+            return
         pool_stats.record(
             {
                 uids[s]: pool_stats.PoolStat(
@@ -167,6 +198,44 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
             *(owner[uids[s]].ada_commit.remote(uids[s], list(result.kept_index.get(s, []))) for s in range(len(uids)))
         )
         self._log(step, result.metrics)
+
+    def _dapo_refill(self, rows: list[dict], step: int, uids: list[str], owner: dict):
+        """DAPO's `refill(count)` for this step: rows from the manager's stream, begun on the workers.
+
+        The new uids are appended to `uids` (slot order) and `owner`, which `generate` reads.
+        """
+        workers = self.agent_loop_workers
+        data = self.config.data
+        stream: RefillStream | None = None
+
+        async def refill(count: int) -> list:
+            nonlocal stream
+            if stream is None:
+                stream = RefillStream(
+                    self._dapo_train_records(),
+                    seed=data.get("seed", None),
+                    step=step,
+                    exclude=[row.get("index") for row in rows],
+                    prompt_key=data.get("prompt_key", "prompt"),
+                )
+            fresh = stream.draw(count)
+            chunks: dict[int, list[dict]] = {}
+            for j, row in enumerate(fresh):
+                w = (len(uids) + j) % len(workers)
+                owner[row["uid"]] = workers[w]
+                chunks.setdefault(w, []).append(row)
+            await asyncio.gather(*(workers[w].ada_begin_refill.remote(chunk, step) for w, chunk in chunks.items()))
+            uids.extend(row["uid"] for row in fresh)
+            return slot_keys(fresh)
+
+        return refill
+
+    def _dapo_train_records(self) -> list[dict]:
+        """`data.train_files` read once per process (the refill streams of every step draw from it)."""
+        records = getattr(self, "_dapo_records", None)
+        if records is None:
+            records = self._dapo_records = load_records(self.config.data.train_files)
+        return records
 
     def _log(self, step: int, metrics: dict[str, float]) -> None:
         """Sampler metrics beside verl's file log (verl's trainer owns its metrics dict)."""
