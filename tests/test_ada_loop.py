@@ -393,10 +393,10 @@ def test_bad_generators_and_methods_are_refused():
     started: list[int] = []
     cancelled: list[int] = []
 
-    async def failing(slot: int, count: int) -> list[Sample]:
+    async def failing(slot: int, count: int) -> list[Sample]:  # a broken generator, not a failed request
         started.append(slot)
         if slot == 0:
-            raise ValueError("server down")
+            return [Sample(0.0, None)] * (count + 1)
         try:
             await asyncio.sleep(10)
         except asyncio.CancelledError:
@@ -410,8 +410,92 @@ def test_bad_generators_and_methods_are_refused():
             asyncio.run(run_adaptive_step(spec, [0, 1], short))
         started.clear()
         cancelled.clear()
-        with pytest.raises(ValueError, match="server down"):
+        with pytest.raises(RuntimeError, match="returned 9 samples for 8"):
             asyncio.run(run_adaptive_step(spec, [0, 1, 2], failing))
         assert sorted(cancelled) == [1, 2]
     with pytest.raises(ValueError, match="filter_groups"):
         asyncio.run(run_adaptive_step(SamplerSpec(kind="dapo"), [0], short))
+
+
+# ---- failed requests: retried, then contained to their prompt (issue 12a) --------------------------
+class FlakyScenario(Scenario):
+    """A Scenario whose server raises for the calls `fails(slot, call_index)` picks (a lost request)."""
+
+    def __init__(self, tok, rules: list[Rule], fails: Callable[[int, int], bool], **kwargs) -> None:
+        self.fails = fails
+        super().__init__(tok, rules, **kwargs)
+
+    def script(self, prompt_ids: list[int], call_index: int) -> str:
+        slot = self.slot_of[tuple(prompt_ids)]
+        if self.fails(slot, call_index):
+            raise ConnectionError(f"server lost the request for prompt {slot}")
+        return super().script(prompt_ids, call_index)
+
+
+FLAKY_RULES = [lambda c: c % 4 == 0, lambda c: False, lambda c: c % 2 == 0, lambda c: True]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_request_that_fails_once_is_retried_and_the_step_is_unchanged(tok, streaming):
+    from repro.verl_plugin.ada_loop import GENERATE_RETRIES
+
+    assert GENERATE_RETRIES >= 1
+    spec = SEQ_BALANCE.with_(streaming=streaming)
+    clean = Scenario(tok, FLAKY_RULES).run(spec)
+    sc = FlakyScenario(tok, FLAKY_RULES, fails=lambda slot, c: slot == 1 and c == 0)  # never-right: any call alike
+    out = sc.run(spec)
+    assert out.failed == {}
+    assert out.pool_size == clean.pool_size and out.kept_index == clean.kept_index
+    assert all(rewards_of(out.pools[s]) == rewards_of(clean.pools[s]) for s in clean.pools)
+    assert len(out.kept[1]) == 4 and out.result.included.all()
+    assert out.metrics["sampler/failed_prompts"] == 0 and out.metrics["sampler/generate_retries"] == 1
+    assert sc.server.call_counts[tuple(sc.prompts[1])] == 32 + 8  # the failed batch of 8, then the pool
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_prompt_that_always_fails_is_dropped_and_the_step_finishes(tok, streaming):
+    from repro.verl_plugin.ada_loop import GENERATE_RETRIES
+
+    spec = SEQ_BALANCE.with_(streaming=streaming)
+    clean = Scenario(tok, FLAKY_RULES).run(spec)
+    sc = FlakyScenario(tok, FLAKY_RULES, fails=lambda slot, c: slot == 2)
+    out = sc.run(spec)
+    assert set(out.failed) == {2} and "ConnectionError" in out.failed[2]
+    assert sc.server.call_counts[tuple(sc.prompts[2])] == (1 + GENERATE_RETRIES) * 8  # bounded retries
+    assert out.kept[2] == [] and out.kept_index[2] == [] and not out.result.included[2]
+    assert all(slot != 2 for slot, _, _ in out.rows())
+    for s in (0, 1, 3):  # every other prompt's pool and update group is intact
+        assert out.pool_size[s] == clean.pool_size[s] and out.kept_index[s] == clean.kept_index[s]
+        assert rewards_of(out.pools[s]) == rewards_of(clean.pools[s])
+        assert out.kept_advantage[s] == pytest.approx(clean.kept_advantage[s])
+        assert out.result.included[s]
+    m = out.metrics
+    assert m["sampler/failed_prompts"] == 1 and m["sampler/generate_retries"] == GENERATE_RETRIES
+    assert m["sampler/update_prompts"] == 3 and m["sampler/update_size"] == 12
+    assert m["sampler/unresolved"] == clean.metrics["sampler/unresolved"]  # a failed prompt is not "unresolved"
+
+
+def test_a_failed_prompt_teaches_the_est_estimator_nothing(tok):
+    ids = [f"p{slot}" for slot in range(4)]
+    spec = SamplerSpec(kind="est", n_avg=8, n_min=2, n_max=32)
+    est, reference = make_estimator(spec), make_estimator(spec)
+    for e in (est, reference):
+        e.update(ids, np.array([1, 3, 5, 7]), np.full(4, 8))
+    sc = FlakyScenario(tok, bernoulli_rules(4, seed=9), fails=lambda slot, c: slot == 0)
+    out = asyncio.run(run_adaptive_step(spec, ids, sc.generate, estimator=est))
+    assert set(out.failed) == {0} and out.kept[0] == [] and out.metrics["sampler/failed_prompts"] == 1
+    # the estimator learns from the other prompts exactly as if p0 had not been in the step
+    rest = [1, 2, 3]
+    reference.update(ids[1:], [sum(rewards_of(out.pools[s])) for s in rest], [out.pool_size[s] for s in rest])
+    np.testing.assert_allclose(est.p_hat(ids), reference.p_hat(ids))
+    assert est.prior_mean() == pytest.approx(reference.prior_mean())
+
+
+def test_a_step_where_every_prompt_fails_raises():
+    async def down(slot: int, count: int) -> list[Sample]:
+        raise ConnectionError("server down")
+
+    for streaming in (False, True):
+        with pytest.raises(RuntimeError, match="every prompt") as info:
+            asyncio.run(run_adaptive_step(SEQ_BALANCE.with_(streaming=streaming), [0, 1], down))
+        assert isinstance(info.value.__cause__, ConnectionError)

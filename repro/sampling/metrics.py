@@ -42,6 +42,8 @@ def step_metrics(
     }
     rows = result.reward.size
     inc = result.included
+    failed = result.failed if result.failed is not None else np.zeros(size.size, dtype=bool)
+    m[f"{PREFIX}/failed_prompts"] = float(failed.sum())  # generation failed after retries: no update group
     m[f"{PREFIX}/update_size"] = float(rows)
     m[f"{PREFIX}/update_prompts"] = float(inc.sum())
     m[f"{PREFIX}/update_reward_mean"] = float(result.reward.mean()) if rows else 0.0
@@ -60,7 +62,7 @@ def step_metrics(
 
     if spec.kind == "seq":
         exit_round = result.exit_round
-        unresolved = exit_round == 0
+        unresolved = (exit_round == 0) & ~failed  # a failed prompt is counted as failed, not as unresolved
         for t in range(1, spec.max_rounds + 1):
             m[f"{PREFIX}/active_after_round_{t}"] = float(np.sum(unresolved | (exit_round > t)))
         m[f"{PREFIX}/resolved_within_2_rounds"] = float(np.sum((exit_round >= 1) & (exit_round <= 2)))

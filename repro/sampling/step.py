@@ -51,6 +51,7 @@ class StepResult:
     reward: np.ndarray  # [rows]
     advantage: np.ndarray  # [rows]
     metrics: dict[str, float] = field(default_factory=dict)
+    failed: np.ndarray | None = None  # [slots] prompts whose generation failed (`StepSampler.fail`); never included
 
     def group(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """Kept arrival indices and their advantages for one prompt."""
@@ -92,6 +93,7 @@ class StepSampler:
         self._exit_round = np.zeros(0, dtype=np.int64)
         self._first_request = np.zeros(0, dtype=np.int64)
         self._quota = np.zeros(0, dtype=np.int64)
+        self._failed = np.zeros(0, dtype=bool)
         self._gen_batches = 0
         self._finalized = False
         self.p_hat = np.ones(0)
@@ -129,6 +131,7 @@ class StepSampler:
         self._exit_round = np.concatenate([self._exit_round, zeros])
         self._first_request = np.concatenate([self._first_request, zeros])
         self._quota = np.concatenate([self._quota, np.asarray(quota, dtype=np.int64)])
+        self._failed = np.concatenate([self._failed, np.zeros(k, dtype=bool)])
         if self.spec.kind != "est":
             self.weight = np.ones(len(self._ids))
         self._gen_start = start
@@ -226,8 +229,30 @@ class StepSampler:
             self._exit_round[slots[met]] = self._batches[slots[met]]
         need = self._need(slots)
         self._state[slots] = np.where(need > 0, WAITING, FINISHED)
+        self._count_gen_batch()
+
+    def _count_gen_batch(self) -> None:
         if self.spec.kind == "dapo" and np.all(self._state[self._gen_start :] == FINISHED):
             self._gen_batches += 1
+
+    def fail(self, slot: int) -> None:
+        """Give up on a prompt whose outstanding batch could not be generated (the driver's retries ran out).
+
+        It is finished without an update group; its responses so far stay in the pool counts (they were
+        drawn), but it is left out of the update, of Seq's exit statistics and of Est's estimator update,
+        and it is not a mixed group for DAPO. Counted as `sampler/failed_prompts`.
+        """
+        if self._state[slot] != OUTSTANDING:
+            raise RuntimeError(f"slot {slot}: only a prompt with an outstanding batch can fail")
+        self._failed[slot] = True
+        self._outstanding[slot] = 0
+        self._state[slot] = FINISHED
+        self._count_gen_batch()
+
+    @property
+    def failed(self) -> np.ndarray:
+        """[slots] prompts given up with `fail`."""
+        return self._failed.copy()
 
     def done(self) -> bool:
         return bool(np.all(self._state == FINISHED)) and self.prompts_wanted() == 0
@@ -238,7 +263,7 @@ class StepSampler:
         valid = np.arange(self.spec.pool_cap)[None, :] < self._count[:, None]
         hi = np.where(valid, self._rewards, -np.inf).max(axis=1, initial=-np.inf)
         lo = np.where(valid, self._rewards, np.inf).min(axis=1, initial=np.inf)
-        return (self._count > 1) & (hi > lo)
+        return (self._count > 1) & (hi > lo) & ~self._failed
 
     def finalize(self) -> StepResult:
         """Select update groups, compute baselines/advantages/metrics; Est's estimator learns here."""
@@ -251,7 +276,7 @@ class StepSampler:
         slots_n = self.num_slots
         valid = np.arange(spec.pool_cap)[None, :] < self._count[:, None]
         positive = valid & (self._rewards > spec.positive_threshold)
-        included = np.ones(slots_n, dtype=bool)
+        included = ~self._failed
         if spec.kind == "seq":
             kept = select_group(positive, valid, spec.n, spec.downsample, self._rng)
             if spec.unresolved == "drop":
@@ -284,6 +309,7 @@ class StepSampler:
             included=included,
             rounds=self._batches.copy(),
             exit_round=self._exit_round.copy(),
+            failed=self._failed.copy(),
             slot=slot,
             index=index,
             reward=reward,
@@ -297,5 +323,7 @@ class StepSampler:
             p_hat=self.p_hat if spec.kind == "est" else None,
         )
         if spec.kind == "est" and self._estimator is not None:
-            self._estimator.update(self._ids, self._npos, self._count)
+            ok = ~self._failed
+            ids = [i for i, good in zip(self._ids, ok, strict=True) if good]
+            self._estimator.update(ids, self._npos[ok], self._count[ok])
         return result

@@ -35,6 +35,7 @@ can import it cheaply and the tests can drive it with a fake server (`fake_serve
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,13 @@ from repro.sampling.step import StepResult, StepSampler
 
 if TYPE_CHECKING:
     from repro.sampling.estimator import BetaBernoulliEstimator
+
+logger = logging.getLogger(__name__)
+
+# A `generate(slot, count)` batch that raises is retried this many times; when every try failed, its prompt
+# is given up for the step (`StepSampler.fail`: no update group, no estimator update, counted as
+# `sampler/failed_prompts`) and the step finishes for the others. Only a step where every prompt failed raises.
+GENERATE_RETRIES = 2
 
 
 @dataclass
@@ -77,6 +85,7 @@ class AdaptiveStep:
     result: StepResult
     pools: dict[int, list[Sample]] = field(default_factory=dict)  # everything drawn, arrival order
     kept_advantage: dict[int, list[float]] = field(default_factory=dict)  # the core's advantage per kept
+    failed: dict[int, str] = field(default_factory=dict)  # slots given up after retries -> the last error
 
     def rows(self) -> list[tuple[int, Sample, float]]:
         """The update batch flat, in the core's row order (slot-major): (slot, sample, advantage)."""
@@ -103,6 +112,7 @@ async def run_adaptive_step(
     step: int = 0,
     estimator: BetaBernoulliEstimator | None = None,
     max_concurrency: int | None = None,
+    max_retries: int = GENERATE_RETRIES,
     refill: RefillFn | None = None,
 ) -> AdaptiveStep:
     """Sample one step for `prompt_ids` (slot i is prompt_ids[i]) and select the update groups.
@@ -119,23 +129,61 @@ async def run_adaptive_step(
         )
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1 or None, got {max_concurrency}")
+    if max_retries < 0:
+        raise ValueError(f"max_retries must be >= 0, got {max_retries}")
     sampler = StepSampler(spec, prompt_ids, step=step, estimator=estimator)
     pools: dict[int, list[Sample]] = {slot: [] for slot in range(sampler.num_slots)}
     gate = asyncio.Semaphore(max_concurrency) if max_concurrency is not None else None
 
-    async def draw(slot: int, count: int) -> list[Sample]:
+    failures: dict[int, str] = {}
+    errors: list[Exception] = []
+    retries = 0
+
+    async def attempt(slot: int, count: int) -> list[Sample]:
+        if gate is None:
+            return list(await generate(slot, count))
+        async with gate:
+            return list(await generate(slot, count))
+
+    async def draw(slot: int, count: int) -> list[Sample] | None:
+        """`count` samples for `slot`, retried on an error; None when every try failed (see GENERATE_RETRIES)."""
+        nonlocal retries
         if count < 1:
             raise RuntimeError(f"slot {slot}: the sampler asked for {count} responses")
-        if gate is None:
-            samples = list(await generate(slot, count))
-        else:
-            async with gate:
-                samples = list(await generate(slot, count))
-        if len(samples) != count:
-            raise RuntimeError(f"slot {slot}: generate returned {len(samples)} samples for {count} requested")
-        return samples
+        for tries in range(max_retries + 1):
+            try:
+                samples = await attempt(slot, count)
+            except Exception as exc:  # a lost request, a server error; cancellation (BaseException) propagates
+                error = exc
+                if tries < max_retries:
+                    retries += 1
+                    logger.warning(
+                        "prompt %r: generating %d responses failed (%s: %s); retry %d of %d",
+                        sampler.prompt_ids[slot],
+                        count,
+                        type(exc).__name__,
+                        exc,
+                        tries + 1,
+                        max_retries,
+                    )
+                continue
+            if len(samples) != count:  # a broken generator, not a failed request: not retried
+                raise RuntimeError(f"slot {slot}: generate returned {len(samples)} samples for {count} requested")
+            return samples
+        logger.error(
+            "prompt %r failed %d times; it is left out of this step",
+            sampler.prompt_ids[slot],
+            max_retries + 1,
+            exc_info=error,
+        )
+        failures[slot] = f"{type(error).__name__}: {error}"
+        errors.append(error)
+        return None
 
-    def accept(slot: int, samples: list[Sample]) -> None:
+    def accept(slot: int, samples: list[Sample] | None) -> None:
+        if samples is None:
+            sampler.fail(slot)
+            return
         pools[slot].extend(samples)
         sampler.observe(slot, np.array([float(s.reward) for s in samples]))
 
@@ -160,7 +208,13 @@ async def run_adaptive_step(
 
     if not sampler.done():  # pragma: no cover - the core guarantees this once nothing is waiting
         raise RuntimeError("sampling stopped with prompts still needing responses")
-    return _assemble(sampler.finalize(), pools)
+    if len(failures) == sampler.num_slots:
+        tries = max_retries + 1
+        raise RuntimeError(f"every prompt of the step failed ({tries} tries each): {errors[-1]!r}") from errors[-1]
+    out = _assemble(sampler.finalize(), pools)
+    out.failed = dict(sorted(failures.items()))
+    out.metrics["sampler/generate_retries"] = float(retries)
+    return out
 
 
 async def _run_dapo_rounds(

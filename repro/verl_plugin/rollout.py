@@ -37,10 +37,10 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict
 from verl.experimental.agent_loop import get_trajectory_info
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
-from repro.rundir import MetricsWriter
+from repro.rundir import MetricsWriter, sampler_file
 from repro.sampling.spec import SamplerSpec
 from repro.verl_plugin import pool_stats, state
-from repro.verl_plugin.ada_loop import Sample, run_adaptive_step
+from repro.verl_plugin.ada_loop import Sample, _gather_or_cancel, run_adaptive_step
 from repro.verl_plugin.refill import RefillStream, load_records, plan_dapo_commit, slot_keys
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,31 @@ def batch_rows(batch: TensorDict) -> list[dict[str, Any]]:
                 row[key] = value.data
         rows.append(row)
     return rows
+
+
+COLOCATED_REWARD = (
+    "Reinforce-Ada needs each response's reward while it samples, but with a colocated reward model "
+    "(reward.reward_model.enable=True and reward.reward_model.enable_resource_pool=False) verl scores the "
+    "responses only after the rollout, in the trainer. Give the reward model its own resource pool "
+    "(reward.reward_model.enable_resource_pool=True) or use a rule-based reward (the project's compute_score)."
+)
+
+
+def check_reward_during_rollout(config: Any) -> None:
+    """Refuse a reward that verl computes only after the rollout (verl 0.9.1's `RewardLoopManager.
+    reward_loop_worker_handles` is None exactly then, and the agent loop leaves `reward_score` None)."""
+    reward_model = config.reward.reward_model
+    if reward_model.enable and not reward_model.enable_resource_pool:
+        raise ValueError(COLOCATED_REWARD)
+
+
+def response_reward(outputs: list[Any]) -> float:
+    """The reward of one agent-loop run: verl's reward loop sets it on the run's last output
+    (`AgentLoopWorker._compute_score`), the rest of the result going to `extra_fields["reward_extra_info"]`."""
+    score = outputs[-1].reward_score
+    if score is None:
+        raise RuntimeError(f"an agent-loop output has no reward_score. {COLOCATED_REWARD}")
+    return float(score)
 
 
 class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
@@ -103,9 +128,12 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
                 entry["params"], trajectory=entry["trajectory"], trace=False, session_id=session, **entry["row"]
             )
 
-        results = await asyncio.gather(*(one(start + k) for k in range(count)))
+        # one failed run cancels its siblings and keeps nothing: the manager's loop retries the batch
+        # (`ada_loop.GENERATE_RETRIES`) from the same session numbers, then gives up on the prompt
+        results = await _gather_or_cancel(one(start + k) for k in range(count))
+        rewards = [response_reward(r) for r in results]
         entry["outputs"].extend(results)
-        return [float(r[-1].reward_score) for r in results]
+        return rewards
 
     async def ada_commit(self, uid: str, keep: list[int], ok: bool = True) -> None:
         entry = self._ada.pop(uid)
@@ -136,6 +164,9 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
 class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        check_reward_during_rollout(self.config)
+        if self.reward_loop_worker_handles is None:  # verl would score only after the rollout
+            raise ValueError(f"verl gave the agent-loop manager no reward loop workers. {COLOCATED_REWARD}")
         self.agent_loop_workers_class = ray.remote(AdaWorker)
         self.spec = SamplerSpec.from_dict(dict(self.config.algorithm.reinforce_ada))
         checkpoints = Path(self.config.trainer.default_local_dir)
@@ -185,17 +216,21 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
             )
             self._log(step, result.metrics)
             return
-        pool_stats.record(
+        pool_stats.record(  # a failed prompt (generation kept failing) has no rows, so no statistics
             {
                 uids[s]: pool_stats.PoolStat(
                     result.pool_mean[s], result.pool_size[s], result.weight[s], result.pool_std[s], step
                 )
                 for s in range(len(uids))
+                if s not in result.failed
             }
         )
         pool_stats.forget_before(step - 2)
-        await asyncio.gather(
-            *(owner[uids[s]].ada_commit.remote(uids[s], list(result.kept_index.get(s, []))) for s in range(len(uids)))
+        await asyncio.gather(  # a failed prompt is published as verl's worker does: status "failure", no rows
+            *(
+                owner[uids[s]].ada_commit.remote(uids[s], list(result.kept_index.get(s, [])), s not in result.failed)
+                for s in range(len(uids))
+            )
         )
         self._log(step, result.metrics)
 
@@ -246,5 +281,5 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
             return
         if self._sampler_log is None:
             path = Path(target)
-            self._sampler_log = MetricsWriter(path.with_name(path.stem + ".sampler.jsonl"))
+            self._sampler_log = MetricsWriter(sampler_file(path))  # RunDir merges it into verl's steps
         self._sampler_log.log(step, metrics)
