@@ -201,6 +201,10 @@ def _run_verl(
 
         stdout_console().print(f"# run folder: {path}\n# command (attempt-NNN is numbered at launch):")
         typer.echo(shell_command(spec.overrides))
+        from repro.verl_plugin.preflight import preflight
+
+        report = preflight(cfg, model=model, method=method, prompt_set=prompt_set)
+        typer.echo("\n".join(["# preflight", *(f"#   {line}" for line in report.lines())]))
         typer.echo("# resolved verl config (composed against verl's ppo_trainer, validate_config passed):")
         typer.echo(OmegaConf.to_yaml(cfg))
         return

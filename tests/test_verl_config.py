@@ -168,11 +168,16 @@ def test_checkpoint_hook_through_verls_builder_and_resume(tmp_path) -> None:
         folder = tmp_path / f"global_step_{step}"
         folder.mkdir()
         callback.on_save(trainer=None, global_step=step, checkpoint_dir=str(folder))
-    (tmp_path / "global_step_150").mkdir()  # verl saved, the hook did not run (killed in between)
     expected = est.p_hat(["7", "8"])
     state.reset()
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("100")  # verl's tracker: it resumes step 100
     assert state.restore(tmp_path) == 100
     np.testing.assert_allclose(state.estimator(spec).p_hat(["7", "8"]), expected)
+    state.reset()
+    (tmp_path / "global_step_150").mkdir()  # verl saved and wrote its tracker, the hook did not run
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("150")
+    with pytest.raises(ReproError, match=r"global_step_150.*resume from global_step_100"):
+        state.restore(tmp_path)
     state.reset()
     assert state.restore(tmp_path / "nothing") is None
 

@@ -76,6 +76,12 @@ class Backbone:
         return self.settings["params"].value
 
     @property
+    def param_count(self) -> int | None:
+        """Exact parameter count (checkpoint disk estimates); None for a backbone that does not list it."""
+        setting = self.settings.get("param_count")
+        return None if setting is None else setting.value
+
+    @property
     def context_length(self) -> int | None:
         return self.settings["context_length"].value
 
@@ -335,7 +341,7 @@ def _parse_backbones(
         where = f"{filename}: {key}"
         entry = dict(_mapping(raw, where))
         description = _text(entry.pop("description", None), f"{where}.description")
-        settings = _settings(entry, where, required=_BACKBONE_FIELDS, allowed=_BACKBONE_FIELDS)
+        settings = _settings(entry, where, required=_BACKBONE_FIELDS, allowed=(*_BACKBONE_FIELDS, "param_count"))
         if settings["device"].value not in ("gpu", "cpu"):
             raise CatalogError(f"{where}.device: must be gpu or cpu, got {settings['device'].value!r}")
         for name, valid in (("prompt_set", prompt_set_keys), ("paper_prompt_sets", prompt_set_keys)):

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
+import os
+import re
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -63,19 +66,81 @@ def _hp(name: str, preset: str) -> Any:
     return setting.value
 
 
+# A string Hydra's override grammar reads back as this very string when unquoted: a letter, '_' or '/'
+# first (not '.' or a digit: `.5`, `1e-3` are numbers), then only its plain unquoted characters.
+_PLAIN_STRING = re.compile(r"[A-Za-z_/][A-Za-z0-9_\-+./:@%*?|]*")
+_HYDRA_WORDS = {"true", "false", "null", "nan", "inf"}  # case-insensitive keywords of the grammar
+
+
+def _quote(text: str) -> str:
+    """A single-quoted Hydra string: quotes escaped, and backslashes doubled where they precede a quote
+    (including the closing one); Hydra reads every other backslash literally."""
+    body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
+    body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
+    return f"'{body}'"
+
+
 def _fmt(value: Any) -> str:
+    """One override value as Hydra parses it back exactly (a comma, space, quote, bracket or a string that
+    looks like a number/bool/null is quoted: unquoted, `a,b` is Hydra's "Ambiguous value")."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, list | tuple):
         return "[" + ",".join(_fmt(v) for v in value) + "]"
+    if isinstance(value, str):
+        if _PLAIN_STRING.fullmatch(value) and value.lower() not in _HYDRA_WORDS:
+            return value
+        return _quote(value)
     return str(value)
 
 
 def rollout_n(spec) -> int:
     """Responses per prompt in verl's update batch: the group size, Est's average budget."""
     return spec.n_avg if spec.kind == "est" else spec.n
+
+
+def count_prompts(train_files: str | list[str]) -> int | None:
+    """Prompts in verl's training set (Parquet metadata, no rows read); None while a file does not exist yet."""
+    files = [train_files] if isinstance(train_files, str) else list(train_files)
+    if not files or not all(f and os.path.isfile(f) for f in files):
+        return None
+    import pyarrow.parquet as pq
+
+    total = 0
+    for f in files:
+        try:
+            total += pq.ParquetFile(f).metadata.num_rows
+        except Exception as exc:
+            raise ReproError(
+                f"cannot read {f} as Parquet ({type(exc).__name__}); rebuild it with `repro data filter`"
+            ) from None
+    return total
+
+
+def generous_epochs(total_steps: int) -> int:
+    """Epochs that reach `total_steps` from any training set of at least one batch (one step per epoch)."""
+    return max(1, int(total_steps))
+
+
+def training_epochs(train_files: str | list[str], batch: int, total_steps: int | None) -> int | None:
+    """`trainer.total_epochs` for a run of `total_steps`: verl stops at the first of total_epochs x
+    steps_per_epoch and total_training_steps, with steps_per_epoch = prompts // train_batch_size (its
+    dataloader drops the last partial batch; verl/trainer/ppo/v1/trainer_base.py), so the fewest epochs that
+    reach every step is ceil(total_steps / steps_per_epoch). A set smaller than one batch is an error (verl
+    would divide by zero); a set not built yet gets `generous_epochs`, which the dry run's preflight says."""
+    n = count_prompts(train_files)
+    if n is None:
+        return None if total_steps is None else generous_epochs(total_steps)
+    steps_per_epoch = n // int(batch)
+    if steps_per_epoch == 0:
+        shown = train_files if isinstance(train_files, str) else ", ".join(train_files)
+        raise ReproError(
+            f"the training set {shown} has {n} prompts, fewer than one batch of {batch} (verl would divide by "
+            f"zero); build a larger set with `repro data filter` or pass --set data.train_batch_size=<at most {n}>"
+        )
+    return None if total_steps is None else math.ceil(int(total_steps) / steps_per_epoch)
 
 
 def build_overrides(cell: VerlCell) -> list[str]:
@@ -129,20 +194,26 @@ def build_overrides(cell: VerlCell) -> list[str]:
         "trainer.nnodes": res["nnodes"],
         "trainer.n_gpus_per_node": res["n_gpus_per_node"],
         "trainer.total_training_steps": _hp("total_training_steps", p),
+        "trainer.total_epochs": None,  # from the training-set size, once the user's overrides are in (below)
         "trainer.save_freq": _hp("eval_every_steps", p),
+        # verl keeps only the last K actor saves (fp32 weights + AdamW states: 12 bytes a parameter each)
+        "trainer.max_actor_ckpt_to_keep": _hp("checkpoints_kept", p),
+        "trainer.max_critic_ckpt_to_keep": _hp("checkpoints_kept", p),
+        "actor_rollout_ref.actor.checkpoint.save_contents": _hp("checkpoint_save_contents", p),
         "trainer.test_freq": -1,
         "trainer.val_before_train": False,
         "trainer.logger": ["console", "file", *(["wandb"] if cell.wandb else [])],
         "trainer.project_name": "repro",
         "trainer.experiment_name": cell.name,
-        "trainer.default_local_dir": str(Path(cell.run_dir) / "checkpoints"),
+        # absolute: a cluster job (and verl's Ray workers) may start in another directory
+        "trainer.default_local_dir": os.path.abspath(Path(cell.run_dir) / "checkpoints"),
         "trainer.resume_mode": "auto",
         "trainer.checkpoint_callback_class": CHECKPOINT_CALLBACK,
         # every Ray process imports the plugin (estimator registration) before verl runs
         "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
     }
     if cell.metrics_file:
-        o["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"] = cell.metrics_file
+        o["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"] = os.path.abspath(cell.metrics_file)
     max_pos = res.get("model.override_config.max_position_embeddings")
     if max_pos:
         o["+actor_rollout_ref.model.override_config.max_position_embeddings"] = max_pos
@@ -173,6 +244,11 @@ def build_overrides(cell: VerlCell) -> list[str]:
         for k in matches:
             del o[k]
         o[matches[0] if matches else key] = value
+    epochs = training_epochs(o["data.train_files"], o["data.train_batch_size"], o["trainer.total_training_steps"])
+    if o.get("trainer.total_epochs") is None:  # not the user's own value
+        o["trainer.total_epochs"] = epochs
+        if epochs is None:  # total_training_steps=null: verl trains by its own epoch count
+            del o["trainer.total_epochs"]
     return [f"{k}={_fmt(v)}" for k, v in o.items()]
 
 

@@ -171,7 +171,8 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
         self.spec = SamplerSpec.from_dict(dict(self.config.algorithm.reinforce_ada))
         checkpoints = Path(self.config.trainer.default_local_dir)
         if self.config.trainer.resume_mode != "disable" and self.spec.kind == "est":
-            restored = state.restore(checkpoints)
+            trainer = self.config.trainer  # the very checkpoint verl resumes from (tracker file or resume_from_path)
+            restored = state.restore(checkpoints, trainer.resume_mode, trainer.get("resume_from_path"))
             logger.info("Reinforce-Ada estimator restored from step %s", restored)
         self._sampler_log = None
 

@@ -1,0 +1,164 @@
+"""What a verl cell will meet before it starts, for `repro run ... --dry-run`: the training set against steps x
+batch (and the epochs that needs), the GPUs it asks for, the checkpoint disk it fills, and the CPU rehearsal.
+
+Everything is read from the composed verl config (so `--set` overrides count) and the catalog (parameter
+counts); nothing is started and no GPU is needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from repro import catalog
+from repro.verl_plugin.config_builder import count_prompts, generous_epochs
+
+# Bytes a parameter takes in each part of a verl FSDP checkpoint (verl/utils/checkpoint/fsdp_checkpoint_manager.py).
+_DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
+_OPTIMIZER_BYTES = 8  # AdamW's exp_avg and exp_avg_sq, fp32 like the master weights
+_HF_MODEL_BYTES = 2  # `hf_model`: a bfloat16 Hugging Face copy
+REHEARSAL_MODEL = "tiny-arith"
+
+
+@dataclass(frozen=True)
+class CheckpointDisk:
+    params: int
+    bytes_per_param: int
+    parts: tuple[str, ...]  # what verl saves (actor.checkpoint.save_contents)
+    saves: int  # saves over the run (every save_freq steps and at the last step)
+    kept: int  # of them on disk at once (trainer.max_actor_ckpt_to_keep)
+    keep_limit: int | None
+
+    @property
+    def per_save(self) -> int:
+        return self.params * self.bytes_per_param
+
+    @property
+    def total(self) -> int:
+        return self.per_save * self.kept
+
+
+def checkpoint_disk(cfg: Any, params: int) -> CheckpointDisk:
+    """Disk of the actor checkpoints of a run: params x bytes per save, x the saves verl keeps."""
+    actor = cfg.actor_rollout_ref.actor
+    parts = tuple(actor.checkpoint.save_contents)
+    weight_bytes = _DTYPE_BYTES.get(str(actor.fsdp_config.get("model_dtype", "fp32")), 4)
+    bytes_per_param = (
+        ("model" in parts) * weight_bytes
+        + ("optimizer" in parts) * _OPTIMIZER_BYTES
+        + ("hf_model" in parts) * _HF_MODEL_BYTES
+    )
+    steps, freq = cfg.trainer.total_training_steps, cfg.trainer.save_freq
+    saves = 0 if not steps or freq is None or freq <= 0 else steps // freq + (1 if steps % freq else 0)
+    limit = cfg.trainer.get("max_actor_ckpt_to_keep")
+    limit = limit if isinstance(limit, int) and limit > 0 else None  # verl: None or <= 0 keeps every save
+    kept = saves if limit is None else min(saves, limit)
+    return CheckpointDisk(params, bytes_per_param, parts, saves, kept, limit)
+
+
+@dataclass(frozen=True)
+class Preflight:
+    model: str
+    method: str
+    train_file: str
+    train_prompts: int | None  # None: the file does not exist yet
+    data_command: str | None  # what builds it; None for a CPU backbone, whose run builds its data
+    batch: int
+    total_steps: int
+    steps_per_epoch: int | None
+    epochs: int  # trainer.total_epochs as configured
+    nnodes: int
+    gpus_per_node: int
+    cuda_here: bool
+    cuda_devices: int
+    disk: CheckpointDisk | None  # None when the catalog has no parameter count
+    rehearsal: str | None  # None for a CPU backbone (it is the rehearsal)
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.train_prompts is None:
+            maker = f"`{self.data_command}` makes it" if self.data_command else "the run builds it on first use"
+            out.append(
+                f"training set: {self.train_file} does not exist yet; {maker} (or pass --train-file). "
+                f"Until then trainer.total_epochs={self.epochs}, enough for {self.total_steps} steps from any "
+                f"set of at least {self.batch} prompts; run the dry run again once it exists"
+            )
+        else:
+            out.append(
+                f"training set: {self.train_file}: {self.train_prompts:,} prompts = {self.steps_per_epoch} steps "
+                f"per epoch of {self.batch} (verl drops the last partial batch); {self.total_steps} steps x "
+                f"{self.batch} prompts need {self.epochs} epochs (trainer.total_epochs={self.epochs})"
+            )
+        if self.rehearsal is None:
+            here = "a CPU rehearsal: each logical GPU is a CPU worker process"
+        elif self.cuda_here:
+            here = f"torch sees {self.cuda_devices} CUDA device(s) here"
+        else:
+            here = "torch sees no CUDA device here (run it on the cluster)"
+        nodes, gpus = "node" if self.nnodes == 1 else "nodes", "GPU" if self.gpus_per_node == 1 else "GPUs"
+        out.append(
+            f"GPUs: {self.nnodes} {nodes} x {self.gpus_per_node} {gpus} = {self.nnodes * self.gpus_per_node}; {here}"
+        )
+        if self.disk is None:
+            out.append(f"checkpoints: no parameter count for {self.model} in backbones.yaml; no disk estimate")
+        else:
+            d = self.disk
+            keep = (
+                f"the last {d.kept} kept (trainer.max_actor_ckpt_to_keep={d.keep_limit})"
+                if d.keep_limit
+                else f"all {d.kept} kept (no trainer.max_actor_ckpt_to_keep)"
+            )
+            out.append(
+                f"checkpoints: {_count(d.params)} params x {d.bytes_per_param} bytes ({', '.join(d.parts)}) = "
+                f"{_size(d.per_save)} per save; {d.saves} saves, {keep} = {_size(d.total)} on disk at most "
+                f"(verl forgets an earlier attempt's saves: each resume can leave up to {d.kept} more)"
+            )
+        if self.rehearsal:
+            out.append(f"rehearse on a CPU first: {self.rehearsal}")
+        return out
+
+
+def preflight(cfg: Any, *, model: str, method: str, prompt_set: str) -> Preflight:
+    """The preflight of one verl cell, from its composed config."""
+    import torch
+
+    files = cfg.data.train_files
+    train_file = files if isinstance(files, str) else ", ".join(str(f) for f in files)
+    n = count_prompts(files if isinstance(files, str) else [str(f) for f in files])
+    batch, steps = int(cfg.data.train_batch_size), cfg.trainer.total_training_steps
+    backbone = catalog.get_backbone(model)
+    pass_rate = catalog.get_prompt_set(prompt_set).pass_rate
+    cpu_cell, cuda = backbone.device == "cpu", bool(torch.cuda.is_available())
+    return Preflight(
+        model=model,
+        method=method,
+        train_file=train_file,
+        train_prompts=n,
+        data_command=None if cpu_cell else f"repro data filter --model {model} --pass-rate {pass_rate:g}",
+        batch=batch,
+        total_steps=int(steps) if steps is not None else 0,
+        steps_per_epoch=None if n is None else n // batch,
+        epochs=int(cfg.trainer.total_epochs) if cfg.trainer.total_epochs is not None else generous_epochs(steps),
+        nnodes=int(cfg.trainer.nnodes),
+        gpus_per_node=int(cfg.trainer.n_gpus_per_node),
+        cuda_here=cuda,
+        cuda_devices=torch.cuda.device_count() if cuda else 0,
+        disk=None if backbone.param_count is None else checkpoint_disk(cfg, backbone.param_count),
+        rehearsal=None
+        if cpu_cell
+        else f"repro run --model {REHEARSAL_MODEL} --method {method} --engine verl --steps 3",
+    )
+
+
+def _count(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return str(n)
+
+
+def _size(n: int) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
