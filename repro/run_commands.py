@@ -13,12 +13,13 @@ import yaml
 from rich.progress import TextColumn
 
 from repro import catalog
-from repro.cell_config import build_cpu_config, parse_sets, resolve_cpu_config, verl_run
+from repro.cell_config import build_cpu_config, parse_sets, resolve_cpu_config, verl_run, verl_size_sets
 from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
 from repro.rundir import RunDir, cell_name
 
 DEFAULT_RUNS_ROOT = Path("runs")
+ENGINES = ("local", "verl")
 
 
 class _Terminated(BaseException):
@@ -61,6 +62,14 @@ def run(
     ] = None,
     val_file: Annotated[Path | None, typer.Option("--val-file", help="GPU runs: verl Parquet for validation.")] = None,
     wandb: Annotated[bool, typer.Option("--wandb", help="GPU runs: also log to Weights & Biases.")] = False,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            help="local (the CPU trainer) or verl (verl's real trainer, as on a cluster). "
+            "Default: local for tiny-arith; GPU backbones always use verl.",
+        ),
+    ] = None,
 ) -> None:
     """Train one cell of the grid. tiny-arith trains on this CPU in minutes; an interrupted run resumes.
 
@@ -76,6 +85,8 @@ def run(
 
       repro run --model tiny-arith --method est --dry-run
 
+      repro run --model tiny-arith --method seq-balance --engine verl --steps 3   # rehearse a cluster cell
+
       repro run --model qwen2.5-math-1.5b --method seq-balance --dry-run   # the verl command for a GPU cell
 
     GPU backbones run verl 0.9.1 with the Reinforce-Ada plugin (`pip install -e .[gpu]` on the GPU machine);
@@ -85,8 +96,14 @@ def run(
     catalog.get_method(method)
     prompt_set = prompt_set or backbone.prompt_set
     catalog.get_prompt_set(prompt_set)
-    if backbone.device != "cpu":
+    engine = engine or ("local" if backbone.device == "cpu" else "verl")
+    if engine not in ENGINES:
+        raise ReproError(f"unknown engine {engine!r}; valid engines: {', '.join(ENGINES)}")
+    if engine == "local" and backbone.device != "cpu":
+        raise ReproError(f"{model} trains with verl on GPUs; drop --engine local (it is for tiny-arith)")
+    if engine == "verl":
         path = run_dir or runs_root / cell_name(model, method, prompt_set, seed)
+        verl_sets = {**parse_sets(sets or []), **verl_size_sets(steps, batch)}
         _run_verl(
             model,
             method,
@@ -97,7 +114,7 @@ def run(
             train_file,
             val_file,
             wandb,
-            parse_sets(sets or []),
+            verl_sets,
             overwrite,
             dry_run,
         )
@@ -210,7 +227,9 @@ def _run_verl(
         return
     import torch
 
-    if not torch.cuda.is_available():
+    if catalog.get_backbone(model).device == "cpu":
+        _prepare_cpu_inputs(spec)
+    elif not torch.cuda.is_available():
         raise ReproError(
             f"{model} needs CUDA GPUs and none is visible here; use --dry-run to print the command, "
             "or --model tiny-arith on a CPU"
@@ -221,6 +240,21 @@ def _run_verl(
                 f"{needed} does not exist; run `repro data filter --model {model}` or pass --train-file/--val-file"
             )
     rundir = RunDir.prepare(path, spec.config, ["repro", *sys.argv[1:]], overwrite=overwrite)
-    code = run_attempt(rundir, spec.trainer_argv())
+    code = run_attempt(rundir, spec.trainer_argv(sys.executable or "python"))
     if code:
         raise typer.Exit(code)
+
+
+def _prepare_cpu_inputs(spec) -> None:
+    """A CPU rehearsal builds the tiny model and data on first use, as the local engine does."""
+    from repro.local.model import TinyModelSpec, ensure_tiny_model
+    from repro.tasks.tiny_arith import ensure_data
+
+    ensure_data(0)
+    model_spec = TinyModelSpec()
+    values = dict(item.split("=", 1) for item in spec.overrides)
+    if not (Path(values["actor_rollout_ref.model.path"]) / "COMPLETE").exists():
+        err = stderr_console()
+        with progress_bar(err) as progress:
+            task = progress.add_task("building the tiny-arith model (first use only)", total=model_spec.sft_steps)
+            ensure_tiny_model(spec=model_spec, progress=lambda _s, done, total: progress.update(task, completed=done))

@@ -146,8 +146,8 @@ def test_overrides_replace_and_unknown_keys_are_errors() -> None:
         compose_and_validate(build_overrides(cell(overrides={"actor_rollout_ref.actor.use_dynamic_bsz": False})))
     with pytest.raises(ReproError, match="unknown preset"):
         build_overrides(cell(preset="fast"))
-    with pytest.raises(ReproError, match="CPU backbone"):
-        build_overrides(cell(backbone="tiny-arith"))
+    # a CPU backbone is a rehearsal of the same cell on verl's trainer (tests/test_verl_cpu_config.py)
+    assert "actor_rollout_ref.rollout.name=cpu" in build_overrides(cell(backbone="tiny-arith"))
 
 
 def test_checkpoint_hook_through_verls_builder_and_resume(tmp_path) -> None:

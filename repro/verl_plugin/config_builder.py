@@ -27,6 +27,7 @@ ADV_ESTIMATOR = "reinforce_ada"
 MANAGER_CLASS = "repro.verl_plugin.rollout.ReinforceAdaAgentLoopManager"
 CHECKPOINT_CALLBACK = "repro.verl_plugin.checkpoint.AdaStateCheckpoint"
 PLUGIN_MODULE = "repro.verl_plugin.register"
+ENV_VARS_KEY = "ray_init.runtime_env.env_vars."
 CPU_MODULE = "repro.verl_plugin.cpu"  # loaded only for CPU cells
 ENTRY_MODULE = "repro.verl_plugin.entry"
 PRESETS = ("paper", "released")
@@ -249,7 +250,8 @@ def build_overrides(cell: VerlCell) -> list[str]:
         o["trainer.total_epochs"] = epochs
         if epochs is None:  # total_training_steps=null: verl trains by its own epoch count
             del o["trainer.total_epochs"]
-    return [f"{k}={_fmt(v)}" for k, v in o.items()]
+    # Ray takes runtime-env variables as strings only: `...env_vars.X=1` must reach it as '1'
+    return [f"{k}={_fmt(str(v) if ENV_VARS_KEY in k else v)}" for k, v in o.items()]
 
 
 def command(overrides: list[str]) -> list[str]:

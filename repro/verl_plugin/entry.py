@@ -27,9 +27,24 @@ def runtime_env_vars(argv: list[str]) -> dict[str, str]:
     return out
 
 
+def hydra_output_dir(argv: list[str]) -> str | None:
+    """Hydra's own output folder (its log and config copy): inside the run folder, beside `checkpoints/`,
+    rather than `./outputs/<date>/<time>` in whatever directory the job was started from."""
+    if any(item.startswith("hydra.run.dir=") for item in argv):
+        return None
+    for item in argv:
+        key, sep, value = item.partition("=")
+        if sep and key == "trainer.default_local_dir":
+            return os.path.join(os.path.dirname(value.strip("'\"")), "hydra")
+    return None
+
+
 def main() -> None:
     for name, value in runtime_env_vars(sys.argv[1:]).items():
         os.environ.setdefault(name, value)
+    output = hydra_output_dir(sys.argv[1:])
+    if output:
+        sys.argv.append(f"hydra.run.dir={output}")
 
     from verl.trainer.main_ppo import main as verl_main
 

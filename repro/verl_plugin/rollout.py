@@ -39,7 +39,7 @@ from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorke
 
 from repro.rundir import MetricsWriter, sampler_file
 from repro.sampling.spec import SamplerSpec
-from repro.verl_plugin import pool_stats, state
+from repro.verl_plugin import audit, pool_stats, state
 from repro.verl_plugin.ada_loop import Sample, _gather_or_cancel, run_adaptive_step
 from repro.verl_plugin.refill import RefillStream, load_records, plan_dapo_commit, slot_keys
 
@@ -174,6 +174,7 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
             trainer = self.config.trainer  # the very checkpoint verl resumes from (tracker file or resume_from_path)
             restored = state.restore(checkpoints, trainer.resume_mode, trainer.get("resume_from_path"))
             logger.info("Reinforce-Ada estimator restored from step %s", restored)
+            audit.append("est", {"restored_step": restored})
         self._sampler_log = None
 
     def generate_sequences(self, prompts: TensorDict) -> None:

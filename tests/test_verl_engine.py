@@ -1,0 +1,211 @@
+"""verl's real trainer drives the plugin end to end on this CPU (`repro run --model tiny-arith --engine verl`).
+
+Each run is the product command in a subprocess: the real v1 trainer (FSDP2 over gloo, TransferQueue, the
+agent and reward loops, the CPU rollout server taking weight updates, checkpoints). What verl actually
+trained is read from the side files the plugin writes beside verl's metrics (`repro.verl_plugin.audit`):
+the rows the `reinforce_ada` estimator was handed, and every weight update the rollout server received.
+A run costs about 50 s of start-up and 3-4 s a step on 2 cores, so runs are shared by the tests below.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from repro.verl_plugin import audit
+
+BATCH = 8
+AUDIT = "+ray_kwargs.ray_init.runtime_env.env_vars.REPRO_AUDIT_UPDATES=1"
+NO_WARMUP = "actor_rollout_ref.actor.optim.lr_warmup_steps=0"  # verl's warm-up makes step 1's lr 0
+
+
+def _argv(runs: Path, method: str, steps: int, *sets: str) -> list[str]:
+    argv = [sys.executable, "-m", "repro.cli", "run", "--model", "tiny-arith", "--method", method]
+    argv += ["--engine", "verl", "--steps", str(steps), "--batch", str(BATCH), "--runs-root", str(runs)]
+    for item in (AUDIT, NO_WARMUP, *sets):
+        argv += ["--set", item]
+    return argv
+
+
+def _run(env: dict, runs: Path, method: str, steps: int, *sets: str) -> Path:
+    proc = subprocess.run(_argv(runs, method, steps, *sets), env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return runs / f"tiny-arith__{method}__standard__s0"
+
+
+def _metrics(run: Path, attempt: int = 1) -> dict[int, dict]:
+    """verl's line of each step with the plugin's sampler metrics merged in, as collect reads them."""
+    from repro.rundir import read_attempt
+
+    records, _lines, corrupt = read_attempt(run / "metrics" / f"attempt-{attempt:03d}.jsonl")
+    assert corrupt == 0
+    steps = [step for step, _ in records]
+    assert len(steps) == len(set(steps)), steps  # each step once within an attempt
+    return dict(records)
+
+
+@pytest.fixture(scope="module")
+def verl_env(tiny_home) -> dict:
+    return {**os.environ, "REPRO_HOME": str(tiny_home), "RAY_DEDUP_LOGS": "0"}
+
+
+@pytest.fixture(scope="module")
+def seq_run(verl_env, tmp_path_factory) -> Path:
+    return _run(verl_env, tmp_path_factory.mktemp("verl_runs"), "seq-balance", 3)
+
+
+def test_seq_balance_trains_n_rows_per_prompt_against_the_pool_mean(seq_run):
+    status = json.loads((seq_run / "status.json").read_text())
+    assert status["state"] == "finished" and [a["state"] for a in status["attempts"]] == ["finished"]
+    updates = audit.read("update", seq_run / "metrics" / "attempt-001.jsonl")
+    assert len(updates) == 3  # one estimator call per step
+    metrics = _metrics(seq_run)
+    assert sorted(metrics) == [1, 2, 3]
+    for step, batch in enumerate(updates, start=1):
+        per_uid = collections.Counter(batch["uid"])
+        assert len(per_uid) == BATCH and set(per_uid.values()) == {4}, per_uid  # n = 4 kept of each pool
+        assert all(batch["known"]) and set(batch["weight"]) == {1.0}
+        for score, mean, adv in zip(batch["score"], batch["pool_mean"], batch["advantage"], strict=True):
+            assert adv == pytest.approx(score - mean, abs=1e-9)  # r - mean of the WHOLE pool, no std
+        # the pool mean is over more than the kept 4: it equals the sampler's pool reward mean overall
+        sampler = metrics[step]
+        assert sampler["sampler/update_size"] == 4 * BATCH
+        assert sampler["sampler/responses_total"] > 4 * BATCH  # seq-balance drew more than it kept
+        means = {u: m for u, m in zip(batch["uid"], batch["pool_mean"], strict=True)}
+        assert sampler["critic/rewards/mean"] == pytest.approx(sum(batch["score"]) / len(batch["score"]), abs=1e-6)
+        assert min(means.values()) >= 0.0 and max(means.values()) <= 1.0
+
+
+def test_rollout_server_takes_every_weight_update(seq_run):
+    events = audit.read("rollout", seq_run / "metrics" / "attempt-001.jsonl")
+    updates = [e for e in events if e["event"] == "update"]
+    assert [e["global_steps"] for e in updates] == [0, 1, 2, 3]  # the initial sync, then after each step
+    digests = [e["digest"] for e in updates]
+    assert len(set(digests[1:])) == 3 and digests[1] != digests[0]  # every update changed the weights
+    for step, data in _metrics(seq_run).items():
+        assert abs(data["rollout_corr/kl"]) < 0.01, (step, data["rollout_corr/kl"])
+
+
+def test_sampler_metrics_reach_collect_and_the_sampling_table(seq_run, verl_env, tmp_path):
+    from repro.rundir import RunDir
+
+    read = RunDir(seq_run).read_metrics()
+    assert sorted(read.by_step) == [1, 2, 3] and read.corrupt == 0 and read.duplicates == 0
+    assert all("sampler/pool_reward_mean" in d and "actor/entropy" in d for d in read.by_step.values())
+    out = tmp_path / "results"
+    cli = [sys.executable, "-m", "repro.cli"]
+    collect = subprocess.run(
+        [*cli, "collect", "--runs-root", str(seq_run.parent), "--results", str(out)],
+        env=verl_env,
+        capture_output=True,
+        text=True,
+    )
+    assert collect.returncode == 0, collect.stderr
+    table = subprocess.run(
+        [*cli, "table", "sampling", "--results", str(out), "--format", "markdown"],
+        env=verl_env,
+        capture_output=True,
+        text=True,
+    )
+    assert table.returncode == 0, table.stderr
+    line = next(row for row in table.stdout.splitlines() if "seq-balance" in row)
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert any(c not in ("", "—", "-", "nan") for c in cells[2:]), line
+
+
+def _wait_for_step(path: Path, step: int, proc: subprocess.Popen, timeout: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text()[-3000:]
+            raise AssertionError(f"the run ended (code {proc.returncode}) before step {step} was logged:\n{tail}")
+        if path.exists() and any(json.loads(x)["step"] >= step for x in path.read_text().splitlines() if x.strip()):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"step {step} not logged within {timeout} s")
+
+
+def test_est_kill_and_resume_logs_every_step_once_and_restores_the_resumed_estimator(verl_env, tmp_path):
+    runs = tmp_path / "runs"
+    run = runs / "tiny-arith__est__standard__s0"
+    argv = _argv(runs, "est", 4, "trainer.save_freq=2")
+    log = tmp_path / "attempt-1.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, env=verl_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_for_step(run / "metrics" / "attempt-001.jsonl", 2, proc, timeout=400, log=log)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole process group: wrapper, verl driver, Ray
+        proc.wait()
+    assert (run / "checkpoints" / "global_step_2" / "reinforce_ada_state.json").exists()
+    resumed = subprocess.run(argv, env=verl_env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    first, second = _metrics(run, 1), _metrics(run, 2)
+    assert 2 in first and 4 not in first
+    logged = sorted([*first, *second])
+    assert logged == [1, 2, 3, 4] and min(second) == 3, (sorted(first), sorted(second))
+    status = json.loads((run / "status.json").read_text())
+    assert [a["state"] for a in status["attempts"]] == ["interrupted", "finished"] or [
+        a["state"] for a in status["attempts"]
+    ] == ["failed", "finished"]
+    restored = audit.read("est", run / "metrics" / "attempt-002.jsonl")
+    assert [r["restored_step"] for r in restored] == [2]  # exactly the checkpoint verl resumed from
+    est_metrics = second[3]
+    assert any(k.startswith("est/") for k in est_metrics)
+
+
+# A policy that moves every step (a large step on the entropy bonus): with weight sync the rollout server
+# samples from the policy verl trains, so the rollout/training log-prob gap stays at rounding level;
+# with the updates dropped (the control) the server keeps the initial weights and the gap grows.
+STRONG = ("actor_rollout_ref.actor.optim.lr=0.01", "actor_rollout_ref.actor.entropy_coeff=0.1")
+DROP = "+ray_kwargs.ray_init.runtime_env.env_vars.REPRO_CPU_ROLLOUT_DROP_UPDATES=1"
+
+
+@pytest.fixture(scope="module")
+def control_runs(verl_env, tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("verl_control")
+    synced = _run(verl_env, root / "synced", "grpo-n4", 3, *STRONG)
+    dropped = _run(verl_env, root / "dropped", "grpo-n4", 3, *STRONG, DROP)
+    return synced, dropped
+
+
+def test_grpo_n4_keeps_the_rollout_on_policy_and_the_control_drifts(control_runs):
+    synced, dropped = control_runs
+    kl_synced = {s: abs(d["rollout_corr/kl"]) for s, d in _metrics(synced).items()}
+    kl_dropped = {s: abs(d["rollout_corr/kl"]) for s, d in _metrics(dropped).items()}
+    assert sorted(kl_synced) == sorted(kl_dropped) == [1, 2, 3]
+    assert max(kl_synced.values()) < 0.01, kl_synced
+    assert kl_dropped[1] < 0.01  # step 1 samples from the initial weights in both runs
+    assert kl_dropped[3] > 10 * max(kl_synced.values()) and kl_dropped[3] > kl_dropped[2] > kl_dropped[1], kl_dropped
+    events = audit.read("rollout", dropped / "metrics" / "attempt-001.jsonl")
+    assert [e["event"] for e in events] == ["start", "dropped", "dropped", "dropped", "dropped"]
+    # GRPO-n4 draws exactly n = 4 responses per prompt, no adaptive rounds
+    for data in _metrics(synced).values():
+        assert data["response_length/mean"] > 0 and "sampler/responses_total" not in data
+
+
+def test_dapo_refills_through_the_plugin_manager_with_its_cap_and_metrics(verl_env, tmp_path):
+    run = _run(verl_env, tmp_path / "runs", "dapo", 2)
+    metrics = _metrics(run)
+    assert sorted(metrics) == [1, 2]
+    for data in metrics.values():
+        batches, kept = data["dapo/num_gen_batches"], data["dapo/kept_prompts"]
+        assert 1 <= batches <= 10  # METHODS.md's cap (max_num_gen_batches), which verl's v1 trainer ignores
+        assert data["dapo/prompts_drawn"] == batches * BATCH
+        assert data["sampler/responses_total"] == 4 * data["dapo/prompts_drawn"]  # n = 4 per prompt drawn
+        assert 0 < kept <= BATCH and data["sampler/update_size"] == 4 * kept
+        dropped = data["dapo/dropped_all_correct"] + data["dapo/dropped_all_wrong"] + data["dapo/discarded_surplus"]
+        assert kept + dropped == data["dapo/prompts_drawn"]
+        assert data["dapo/cap_hit"] == float(kept < BATCH)
+        assert abs(data["rollout_corr/kl"]) < 0.01
+    assert (run / "hydra").is_dir() and not (Path.cwd() / "outputs").exists()  # Hydra's folder in the run
