@@ -128,7 +128,10 @@ def ray_cluster(temp_dir: Path) -> Iterator[str]:
     """A Ray head on 127.0.0.1 with the dashboard (Jobs API) on 8266; yields the Jobs API address."""
     ray = Path(sys.executable).parent / "ray"
     temp_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    # Ray 2.60 turns token auth on for `ray start` once ~/.ray/auth_token exists, which any local
+    # `ray.init()` (a verl run) creates; the Jobs API client here then lacks the token. This test cluster
+    # lives on 127.0.0.1 only: run it without auth, explicitly.
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     start = [
         str(ray), "start", "--head", "--port=6380", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
         "--dashboard-port=8266", "--num-cpus=2", "--include-dashboard=true", "--disable-usage-stats",

@@ -70,3 +70,28 @@ def test_cpu_resources_cover_the_gpu_resource_keys() -> None:
     assert all(setting.source for setting in [*resources.values(), *overrides.values()])
     with pytest.raises(Exception, match="CPU backbone"):
         catalog.cpu_resources("qwen2.5-math-7b")
+
+
+def test_a_sweep_file_chooses_the_verl_engine_for_cpu_cells(tmp_path, monkeypatch) -> None:
+    from pathlib import Path
+
+    from repro.errors import ReproError
+    from repro.launch.plan import CpuOptions, plan_cell
+    from repro.sweep import load_sweep
+
+    monkeypatch.setenv("REPRO_HOME", str(tmp_path / "home"))
+    sweep = load_sweep(Path(__file__).parent.parent / "sweeps" / "tiny-verl.yaml")
+    assert sweep.engine == "verl" and len(sweep.cells()) == 9  # every method of the catalog
+    for cell in sweep.cells():
+        plan = plan_cell(cell, sweep, tmp_path / "runs", CpuOptions(steps=3, batch=8))
+        assert plan.argv[plan.argv.index("--engine") + 1] == "verl"
+        values = _values(plan.config["overrides"])  # the verl config the job's `repro run` records
+        assert values["trainer.total_training_steps"] == "3" and values["data.train_batch_size"] == "8"
+        assert values["actor_rollout_ref.rollout.name"] == "cpu"
+    local = load_sweep(Path(__file__).parent.parent / "sweeps" / "tiny.yaml")
+    plan = plan_cell(local.cells()[0], local, tmp_path / "runs")
+    assert "--engine" not in plan.argv and "train" in plan.config  # the CPU trainer's own config
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("backbones: [tiny-arith]\nmethods: [grpo-n4]\nprompt_sets: [standard]\nengine: vllm\n")
+    with pytest.raises(ReproError, match="engine must be one of local, verl"):
+        load_sweep(bad)
