@@ -13,6 +13,7 @@ memoised in this process either way, so a repeated answer never leaves it.
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 from collections import Counter
@@ -77,6 +78,7 @@ def _shared_grader():
 
         _GRADER = Grader(timeout_s=REWARD_TIMEOUT_S, inner_timeout_s=REWARD_INNER_TIMEOUT_S)
         _GRADER_PID = os.getpid()
+        atexit.register(clear_cache)  # stop the worker while the interpreter can still do so cleanly
     return _GRADER
 
 

@@ -194,8 +194,25 @@ def test_grpo_n4_keeps_the_rollout_on_policy_and_the_control_drifts(control_runs
         assert data["response_length/mean"] > 0 and "sampler/responses_total" not in data
 
 
-def test_dapo_refills_through_the_plugin_manager_with_its_cap_and_metrics(verl_env, tmp_path):
-    run = _run(verl_env, tmp_path / "runs", "dapo", 2)
+def _easy_prompts(home: Path, out: Path) -> Path:
+    """The pool's two easiest levels: the suite's 40-step model solves a few percent of them, so DAPO finds
+    mixed groups within its cap (on the whole pool it finds none in 80 prompts, and says so)."""
+    import pandas as pd
+
+    from repro.tasks.tiny_arith import data_folder
+
+    pool = pd.read_parquet(data_folder(0, home) / "train.parquet")
+    easy = pool[[info["level"] <= 2 for info in pool["extra_info"]]]
+    easy.to_parquet(out)
+    return out
+
+
+def test_dapo_refills_through_the_plugin_manager_with_its_cap_and_metrics(verl_env, tiny_home, tmp_path):
+    easy = _easy_prompts(tiny_home, tmp_path / "easy.parquet")
+    argv = [*_argv(tmp_path / "runs", "dapo", 2), "--train-file", str(easy)]
+    proc = subprocess.run(argv, env=verl_env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "runs" / "tiny-arith__dapo__standard__s0"
     metrics = _metrics(run)
     assert sorted(metrics) == [1, 2]
     for data in metrics.values():
@@ -209,3 +226,20 @@ def test_dapo_refills_through_the_plugin_manager_with_its_cap_and_metrics(verl_e
         assert data["dapo/cap_hit"] == float(kept < BATCH)
         assert abs(data["rollout_corr/kl"]) < 0.01
     assert (run / "hydra").is_dir() and not (Path.cwd() / "outputs").exists()  # Hydra's folder in the run
+
+
+def test_a_failed_request_is_retried_and_a_prompt_that_always_fails_is_dropped(verl_env, tmp_path):
+    faults = "+ray_kwargs.ray_init.runtime_env.env_vars.REPRO_CPU_ROLLOUT_FAULTS=prompt,once"
+    run = _run(verl_env, tmp_path / "runs", "seq-balance", 2, faults)
+    assert json.loads((run / "status.json").read_text())["state"] == "finished"
+    events = [e for e in audit.read("rollout", run / "metrics" / "attempt-001.jsonl") if e["event"] == "fault"]
+    assert [e["kind"] for e in events].count("once") == 1 and "prompt" in [e["kind"] for e in events]
+    step1 = _metrics(run)[1]
+    assert step1["sampler/failed_prompts"] == 1.0  # only the doomed prompt, after its retries
+    assert step1["sampler/generate_retries"] >= 3  # the one-off failure, and the doomed prompt's 2 retries
+    updates = audit.read("update", run / "metrics" / "attempt-001.jsonl")
+    per_uid = collections.Counter(
+        uid for uid, known in zip(updates[0]["uid"], updates[0]["known"], strict=True) if known
+    )
+    assert len(per_uid) == BATCH - 1 and set(per_uid.values()) == {4}  # the others trained as usual
+    assert _metrics(run)[2]["sampler/failed_prompts"] == 0.0

@@ -17,7 +17,8 @@ backend does, with the model run by transformers on the host:
 - `CpuReplica`: launches one server per replica.
 
 `REPRO_CPU_ROLLOUT_DROP_UPDATES=1` makes the adapter discard weight updates: the control that shows
-weight sync matters (the rollout drifts off-policy and `rollout_corr/kl` grows).
+weight sync matters (the rollout drifts off-policy and `rollout_corr/kl` grows). `REPRO_CPU_ROLLOUT_FAULTS`
+injects failed requests, to rehearse what a flaky server does to a step.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from repro.verl_plugin import audit
 logger = logging.getLogger(__name__)
 
 DROP_UPDATES_ENV = "REPRO_CPU_ROLLOUT_DROP_UPDATES"
+# Fault injection, for rehearsing failures: `prompt` makes every request of the first prompt the server
+# sees fail; `once` makes the first request of any other prompt fail once (comma-separated, both allowed).
+FAULTS_ENV = "REPRO_CPU_ROLLOUT_FAULTS"
 BATCH_WINDOW_S = 0.005  # how long the server waits for more requests before sampling a batch
 
 
@@ -187,6 +191,21 @@ class CpuRolloutServer:
         self._model_lock = asyncio.Lock()
         self._worker: asyncio.Task | None = None
         self._aborted = False
+        self._faults = {f.strip() for f in os.environ.get(FAULTS_ENV, "").split(",") if f.strip()}
+        self._doomed: tuple[int, ...] | None = None
+        self._failed_once = False
+
+    def _inject_fault(self, prompt: list[int]) -> None:
+        key = tuple(prompt)
+        if "prompt" in self._faults:
+            self._doomed = self._doomed or key
+            if key == self._doomed:
+                audit.append("rollout", {"event": "fault", "kind": "prompt"})
+                raise ConnectionError(f"{FAULTS_ENV}=prompt: this prompt's requests always fail")
+        if "once" in self._faults and not self._failed_once:
+            self._failed_once = True
+            audit.append("rollout", {"event": "fault", "kind": "once"})
+            raise ConnectionError(f"{FAULTS_ENV}=once: the first request fails once")
 
     # -- what the replica and verl's client call ------------------------------------------------------
     async def ready(self) -> str:
@@ -224,6 +243,8 @@ class CpuRolloutServer:
         )
         if self._aborted:
             return TokenOutput(token_ids=[], log_probs=[], stop_reason="aborted", extra_fields=self._fields())
+        if self._faults:
+            self._inject_fault(prompt)
         loop = asyncio.get_running_loop()
         request = _Request(prompt, max_tokens, bool(params.get("logprobs", False)), loop.create_future())
         self._queue.setdefault(key, []).append(request)
