@@ -162,6 +162,14 @@ def test_est_kill_and_resume_logs_every_step_once_and_restores_the_resumed_estim
     assert [r["restored_step"] for r in restored] == [2]  # exactly the checkpoint verl resumed from
     est_metrics = second[3]
     assert any(k.startswith("est/") for k in est_metrics)
+    # Est trains on every response drawn, weighted: A = (r - pool mean) x w, with w from the estimator
+    for batch in audit.read("update", run / "metrics" / "attempt-002.jsonl"):
+        assert all(batch["known"])
+        for score, mean, weight, adv in zip(
+            batch["score"], batch["pool_mean"], batch["weight"], batch["advantage"], strict=True
+        ):
+            assert adv == pytest.approx((score - mean) * weight, abs=1e-9)
+        assert len(batch["uid"]) == 8 * BATCH  # Est's budget: n_avg = 8 responses a prompt on average
 
 
 # A policy that moves every step (a large step on the entropy bonus): with weight sync the rollout server

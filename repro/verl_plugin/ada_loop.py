@@ -198,13 +198,8 @@ async def run_adaptive_step(
 
         await _gather_or_cancel(prompt_task(slot) for slot in range(sampler.num_slots))
     else:
-        while True:
-            slots, counts = sampler.plan()
-            if slots.size == 0:
-                break
-            batches = await _gather_or_cancel(draw(int(s), int(c)) for s, c in zip(slots, counts, strict=True))
-            for slot, samples in zip(slots, batches, strict=True):
-                accept(int(slot), samples)
+        while await _run_round(sampler, draw, accept):
+            pass
 
     if not sampler.done():  # pragma: no cover - the core guarantees this once nothing is waiting
         raise RuntimeError("sampling stopped with prompts still needing responses")
@@ -215,6 +210,22 @@ async def run_adaptive_step(
     out.failed = dict(sorted(failures.items()))
     out.metrics["sampler/generate_retries"] = float(retries)
     return out
+
+
+async def _run_round(
+    sampler: StepSampler,
+    draw: Callable[[int, int], Awaitable[list[Sample]]],
+    accept: Callable[[int, list[Sample]], None],
+) -> bool:
+    """One synchronous round: every prompt the core plans for, drawn together, then reported; False when
+    the core plans nothing more."""
+    slots, counts = sampler.plan()
+    if slots.size == 0:
+        return False
+    batches = await _gather_or_cancel(draw(int(s), int(c)) for s, c in zip(slots, counts, strict=True))
+    for slot, samples in zip(slots, batches, strict=True):
+        accept(int(slot), samples)
+    return True
 
 
 async def _run_dapo_rounds(
@@ -240,12 +251,8 @@ async def _run_dapo_rounds(
                 raise RuntimeError(f"refill slots {slots.tolist()} are not the next {wanted} slots after {first}")
             for slot in slots:
                 pools[int(slot)] = []
-        slots, counts = sampler.plan()
-        if slots.size == 0:
+        if not await _run_round(sampler, draw, accept):
             break
-        batches = await _gather_or_cancel(draw(int(s), int(c)) for s, c in zip(slots, counts, strict=True))
-        for slot, samples in zip(slots, batches, strict=True):
-            accept(int(slot), samples)
 
 
 def _assemble(result: StepResult, pools: dict[int, list[Sample]]) -> AdaptiveStep:
