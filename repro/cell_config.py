@@ -68,6 +68,13 @@ def build_cpu_config(
     )
 
 
+def filtered_folder(model: str, prompt_set: str) -> Path:
+    """Where `repro data filter` writes a backbone's prompt set (train.parquet, val.parquet, ...)."""
+    from repro.paths import repro_home
+
+    return repro_home() / "data" / f"{model}-{prompt_set}"
+
+
 def resolve_cpu_config(
     model: str,
     method: str,
@@ -80,12 +87,11 @@ def resolve_cpu_config(
     """`build_cpu_config` plus where the model and data live on this machine; the note says when the run
     falls back to the unfiltered pool."""
     from repro.local.model import TinyModelSpec, model_folder
-    from repro.paths import repro_home
     from repro.tasks.tiny_arith import data_folder
 
     config = build_cpu_config(model, method, prompt_set, seed, steps, batch, sets)
     config.model["path"] = str(model_folder(TinyModelSpec()))
-    filtered = repro_home() / "data" / f"{model}-{prompt_set}"
+    filtered = filtered_folder(model, prompt_set)
     if (filtered / "train.parquet").exists():
         config.data.update(folder=str(filtered), filtered=True, note="filtered by `repro data filter`")
         return config, None
@@ -98,9 +104,8 @@ def resolve_cpu_config(
 
 def gpu_data_files(model: str, prompt_set: str, train_file: Path | None, val_file: Path | None) -> tuple[Path, Path]:
     """Prompts filtered for this backbone (`repro data filter`), or files the user names."""
-    from repro.paths import repro_home
 
-    folder = repro_home() / "data" / f"{model}-{prompt_set}"
+    folder = filtered_folder(model, prompt_set)
     return train_file or folder / "train.parquet", val_file or folder / "val.parquet"
 
 
@@ -121,10 +126,9 @@ def cpu_rehearsal_inputs(
     local engine (the filtered set when `repro data filter` has built it, else the whole pool), so the two
     engines train on the same data; validation is off in training, verl only loads the file."""
     from repro.local.model import TinyModelSpec, model_folder
-    from repro.paths import repro_home
     from repro.tasks.tiny_arith import data_folder
 
-    filtered = repro_home() / "data" / f"{model}-{prompt_set}"
+    filtered = filtered_folder(model, prompt_set)
     if (filtered / "train.parquet").exists():
         train, val = filtered / "train.parquet", filtered / "val.parquet"
     else:

@@ -131,7 +131,7 @@ def run(
 
 def _train(config, path: Path, overwrite: bool, note: str | None) -> None:
     from repro.launch.attempt import launcher_from_env
-    from repro.local.model import TinyModelSpec, ensure_tiny_model
+    from repro.local.model import TinyModelSpec
     from repro.local.trainer import CpuTrainer
     from repro.tasks.tiny_arith import ensure_data
 
@@ -142,10 +142,7 @@ def _train(config, path: Path, overwrite: bool, note: str | None) -> None:
     if note:
         err.print(note)
     ensure_data(config.data["data_seed"])
-    if not (Path(config.model["path"]) / "COMPLETE").exists():
-        with progress_bar(err) as progress:
-            task = progress.add_task("building the tiny-arith model (first use only)", total=spec.sft_steps)
-            ensure_tiny_model(spec=spec, progress=lambda _s, done, total: progress.update(task, completed=done))
+    _build_tiny_model(Path(config.model["path"]), spec, err)
     launcher, job_id = launcher_from_env()
     metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -247,14 +244,20 @@ def _run_verl(
 
 def _prepare_cpu_inputs(spec) -> None:
     """A CPU rehearsal builds the tiny model and data on first use, as the local engine does."""
-    from repro.local.model import TinyModelSpec, ensure_tiny_model
+    from repro.local.model import TinyModelSpec
     from repro.tasks.tiny_arith import ensure_data
 
     ensure_data(0)
-    model_spec = TinyModelSpec()
     values = dict(item.split("=", 1) for item in spec.overrides)
-    if not (Path(values["actor_rollout_ref.model.path"]) / "COMPLETE").exists():
-        err = stderr_console()
-        with progress_bar(err) as progress:
-            task = progress.add_task("building the tiny-arith model (first use only)", total=model_spec.sft_steps)
-            ensure_tiny_model(spec=model_spec, progress=lambda _s, done, total: progress.update(task, completed=done))
+    _build_tiny_model(Path(values["actor_rollout_ref.model.path"]), TinyModelSpec(), stderr_console())
+
+
+def _build_tiny_model(folder: Path, spec, err) -> None:
+    """The tiny-arith model, built with a progress bar unless `folder` already holds a finished one."""
+    from repro.local.model import ensure_tiny_model
+
+    if (folder / "COMPLETE").exists():
+        return
+    with progress_bar(err) as progress:
+        task = progress.add_task("building the tiny-arith model (first use only)", total=spec.sft_steps)
+        ensure_tiny_model(spec=spec, progress=lambda _s, done, total: progress.update(task, completed=done))
