@@ -69,6 +69,7 @@ def filter_cmd(
     from repro.data import filter as flt
     from repro.evaluation.generation import make_generator
     from repro.paths import repro_home
+    from repro.prompting import template_for
 
     backbone = catalog.get_backbone(model)
     if not 0 < pass_rate <= 1:
@@ -95,7 +96,7 @@ def filter_cmd(
         import torch
 
         chosen = backend if backend != "auto" else ("vllm" if torch.cuda.is_available() else "transformers")
-        generator = make_generator(chosen, model_path, 16 if model == "tiny-arith" else 4096)
+        generator = make_generator(chosen, model_path, 16 if model == "tiny-arith" else 4096, template_for(model))
         with progress_bar(err) as progress:
             task = progress.add_task(f"sampling {model} x{base_samples} per prompt", total=len(rows))
             counts = flt.sample_pass_counts(

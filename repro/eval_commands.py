@@ -57,8 +57,9 @@ def eval_cmd(
 
       repro eval /models/Qwen2.5-Math-1.5B --benchmarks math500 --benchmark-file math500=math500.jsonl
     """
+    from repro import catalog
     from repro.evaluation import benchmarks as bench
-    from repro.evaluation.generation import make_generator
+    from repro.evaluation.generation import DEFAULT_TEMPLATE, make_generator
     from repro.evaluation.grading import Grader
     from repro.evaluation.runner import evaluate_benchmark, summarise, targets, write_summary
 
@@ -78,7 +79,8 @@ def eval_cmd(
 
             chosen = "vllm" if (torch.cuda.is_available() and not tgt.tiny) else "transformers"
         tokens = max_new_tokens or (16 if tgt.tiny else 4096)
-        generator = make_generator(chosen, tgt.model_path, tokens)
+        template = catalog.prompt_template("tiny" if tgt.tiny else DEFAULT_TEMPLATE)
+        generator = make_generator(chosen, tgt.model_path, tokens, template)
         total = sum(len(p) for p in problems.values()) * k
         by_bench: dict[str, list[dict]] = {}
         with (

@@ -291,6 +291,7 @@ def test_backbone_yaml_rejects_unknown_method() -> None:
         "prompt_set": {"value": "standard", "source": "s"},
         "paper_prompt_sets": {"value": [], "source": "s"},
         "paper_methods": {"value": ["grpo-n5"], "source": "s"},
+        "prompt_template": {"value": "released", "source": "s"},
     }
     with pytest.raises(CatalogError, match=r"backbones\.yaml: b\.paper_methods: unknown method 'grpo-n5'"):
         _parse_backbones({"b": raw}, "backbones.yaml", {"grpo-n4"}, {"standard"})

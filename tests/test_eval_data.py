@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from repro import catalog
 from repro.cli import main
 from repro.errors import ReproError
 from repro.evaluation import benchmarks as bench
@@ -57,14 +58,16 @@ def test_eval_resumes_without_regenerating(tiny_env, tmp_path) -> None:
     problems = bench.load("tiny-aime")[:40]
     out = tmp_path / "tiny-aime.jsonl"
     with Grader(timeout_s=5) as grader:
-        first = CountingGenerator(TransformersGenerator(model, 16), fail_after=16)
+        first = CountingGenerator(
+            TransformersGenerator(model, 16, template=catalog.prompt_template("tiny")), fail_after=16
+        )
         with pytest.raises(KeyboardInterrupt):
             evaluate_benchmark(problems, 4, first, grader, out, seed=0, chunk=8)
         done, _ = read_records(out)
         assert len(done) == 16 * 4
         with open(out, "a") as handle:
             handle.write('{"benchmark": "tiny-aime", "problem_id": "torn"')  # a kill mid-write
-        second = CountingGenerator(TransformersGenerator(model, 16))
+        second = CountingGenerator(TransformersGenerator(model, 16, template=catalog.prompt_template("tiny")))
         records = evaluate_benchmark(problems, 4, second, grader, out, seed=0, chunk=8)
     assert second.problems_generated == 40 - 16  # finished problems are not regenerated
     assert len(records) == 160

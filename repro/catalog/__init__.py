@@ -27,6 +27,7 @@ __all__ = [
     "CatalogError",
     "Method",
     "PromptSet",
+    "PromptTemplate",
     "Setting",
     "backbones",
     "benchmark_weighting",
@@ -38,6 +39,8 @@ __all__ = [
     "hyperparameters",
     "methods",
     "prompt_sets",
+    "prompt_template",
+    "prompt_templates",
 ]
 
 
@@ -105,6 +108,10 @@ class Backbone:
     def paper_methods(self) -> tuple[str, ...]:
         return tuple(self.settings["paper_methods"].value)
 
+    @property
+    def prompt_template(self) -> str:
+        return self.settings["prompt_template"].value
+
 
 @dataclass(frozen=True)
 class Method:
@@ -153,6 +160,23 @@ class PromptSet:
     @property
     def base_samples(self) -> int:
         return self.settings["base_samples"].value
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """How a problem becomes chat messages: a system prompt and a suffix appended to the problem."""
+
+    key: str
+    description: str
+    settings: Settings
+
+    @property
+    def system(self) -> str:
+        return self.settings["system"].value
+
+    @property
+    def user_suffix(self) -> str:
+        return self.settings["user_suffix"].value
 
 
 @dataclass(frozen=True)
@@ -219,6 +243,15 @@ def cpu_resources(backbone: str) -> tuple[dict[str, Setting], dict[str, Setting]
     return dict(resources), dict(overrides)
 
 
+def prompt_templates() -> dict[str, PromptTemplate]:
+    """Every chat prompt template by key."""
+    return dict(_prompt_templates())
+
+
+def prompt_template(name: str) -> PromptTemplate:
+    return _get(_prompt_templates(), "prompt template", name)
+
+
 def get_backbone(name: str) -> Backbone:
     return _get(_backbones(), "backbone", name)
 
@@ -253,6 +286,7 @@ _BACKBONE_FIELDS = (
     "prompt_set",
     "paper_prompt_sets",
     "paper_methods",
+    "prompt_template",
 )
 _SPEC_FIELDS = {f.name: f for f in dataclasses.fields(SamplerSpec)}
 
@@ -269,8 +303,19 @@ def _read(filename: str) -> dict[str, Any]:
 @functools.cache
 def _backbones() -> Mapping[str, Backbone]:
     return MappingProxyType(
-        _parse_backbones(_read("backbones.yaml"), "backbones.yaml", set(_methods()), set(_prompt_sets()[0]))
+        _parse_backbones(
+            _read("backbones.yaml"),
+            "backbones.yaml",
+            set(_methods()),
+            set(_prompt_sets()[0]),
+            set(_prompt_templates()),
+        )
     )
+
+
+@functools.cache
+def _prompt_templates() -> Mapping[str, PromptTemplate]:
+    return MappingProxyType(_parse_prompt_templates(_read("prompt_templates.yaml"), "prompt_templates.yaml"))
 
 
 @functools.cache
@@ -334,7 +379,11 @@ def _cpu_resources() -> Mapping[str, tuple[Settings, Settings]]:
 
 
 def _parse_backbones(
-    data: Mapping[str, Any], filename: str, method_keys: set[str], prompt_set_keys: set[str]
+    data: Mapping[str, Any],
+    filename: str,
+    method_keys: set[str],
+    prompt_set_keys: set[str],
+    template_keys: set[str] | None = None,
 ) -> dict[str, Backbone]:
     out: dict[str, Backbone] = {}
     for key, raw in data.items():
@@ -349,6 +398,11 @@ def _parse_backbones(
             for value in values if isinstance(values, list) else [values]:
                 if value not in valid:
                     raise CatalogError(f"{where}.{name}: {unknown_name('prompt set', str(value), valid)}")
+        template = settings["prompt_template"].value
+        if template_keys is not None and template not in template_keys:
+            raise CatalogError(
+                f"{where}.prompt_template: {unknown_name('prompt template', str(template), template_keys)}"
+            )
         paper_methods = settings["paper_methods"].value
         if not isinstance(paper_methods, list):
             raise CatalogError(f"{where}.paper_methods: must be a list of method keys")
@@ -391,6 +445,20 @@ def _parse_methods(data: Mapping[str, Any], filename: str) -> dict[str, Method]:
         except ReproError as exc:
             raise CatalogError(f"{filename}: {exc}") from None
         out[key] = method
+    return out
+
+
+def _parse_prompt_templates(data: Mapping[str, Any], filename: str) -> dict[str, PromptTemplate]:
+    out: dict[str, PromptTemplate] = {}
+    for key, raw in data.items():
+        where = f"{filename}: {key}"
+        entry = dict(_mapping(raw, where))
+        description = _text(entry.pop("description", None), f"{where}.description")
+        settings = _settings(entry, where, required=("system", "user_suffix"), allowed=("system", "user_suffix"))
+        for name in ("system", "user_suffix"):
+            if not isinstance(settings[name].value, str):
+                raise CatalogError(f"{where}.{name}: must be text (empty text for none)")
+        out[key] = PromptTemplate(key, description, settings)
     return out
 
 

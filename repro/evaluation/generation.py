@@ -1,6 +1,7 @@
 """Generation backends behind one interface: vLLM on GPUs, transformers on CPUs.
 
-Both render prompts with the model's own chat template and the paper's system prompt (PROTOCOL.md) and
+Both render prompts with the model's own chat template and the backbone's prompt template (system prompt
+and instruction suffix, `repro.prompting`: the same chat as training and the difficulty filter) and
 sample with temperature 1.0, top-p 1.0; `max_new_tokens` is 4096 for the paper's models and the tiny
 model's own cap on CPU. A backend returns `n` response texts per prompt, in order, from a seed.
 """
@@ -11,22 +12,32 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from repro import catalog
 from repro.errors import ReproError
-from repro.tasks.tiny_arith import SYSTEM_PROMPT
+from repro.prompting import chat_messages
+
+DEFAULT_TEMPLATE = "released"  # the paper's models; the tiny model's callers pass its own
 
 
 class Generator(Protocol):
     def generate(self, problems: Sequence[str], n: int, seed: int) -> list[list[str]]: ...
 
 
-def messages(problem: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": problem}]
+def _template(template: catalog.PromptTemplate | None) -> catalog.PromptTemplate:
+    return template if template is not None else catalog.prompt_template(DEFAULT_TEMPLATE)
 
 
 class TransformersGenerator:
     """CPU sampling with the project's KV-cache loop (pure temperature sampling, no hidden top-k)."""
 
-    def __init__(self, model_path: Path, max_new_tokens: int, temperature: float = 1.0, batch_size: int = 1024):
+    def __init__(
+        self,
+        model_path: Path,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        batch_size: int = 1024,
+        template: catalog.PromptTemplate | None = None,
+    ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -37,6 +48,7 @@ class TransformersGenerator:
         self.model = AutoModelForCausalLM.from_pretrained(model_path)
         self.model.eval()
         self.max_new_tokens, self.temperature, self.batch_size = max_new_tokens, temperature, batch_size
+        self.template = _template(template)
         self._torch = torch
 
     def generate(self, problems: Sequence[str], n: int, seed: int) -> list[list[str]]:
@@ -44,7 +56,9 @@ class TransformersGenerator:
 
         gen = self._torch.Generator().manual_seed(seed)
         prompts = [
-            self.tokenizer.apply_chat_template(messages(p), add_generation_prompt=True, tokenize=True)["input_ids"]
+            self.tokenizer.apply_chat_template(
+                chat_messages(p, self.template), add_generation_prompt=True, tokenize=True
+            )["input_ids"]
             for p in problems
         ]
         flat = [ids for ids in prompts for _ in range(n)]
@@ -73,6 +87,7 @@ class VLLMGenerator:
         temperature: float = 1.0,
         tensor_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.85,
+        template: catalog.PromptTemplate | None = None,
     ):
         try:
             from vllm import LLM, SamplingParams
@@ -89,20 +104,25 @@ class VLLMGenerator:
         )
         self.tokenizer = self.llm.get_tokenizer()
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
+        self.template = _template(template)
 
     def generate(self, problems: Sequence[str], n: int, seed: int) -> list[list[str]]:
         params = self._params(n=n, temperature=self.temperature, top_p=1.0, max_tokens=self.max_new_tokens, seed=seed)
         prompts = [
-            self.tokenizer.apply_chat_template(messages(p), add_generation_prompt=True, tokenize=False)
+            self.tokenizer.apply_chat_template(
+                chat_messages(p, self.template), add_generation_prompt=True, tokenize=False
+            )
             for p in problems
         ]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [[c.text for c in out.outputs] for out in outputs]
 
 
-def make_generator(backend: str, model_path: Path, max_new_tokens: int) -> Generator:
+def make_generator(
+    backend: str, model_path: Path, max_new_tokens: int, template: catalog.PromptTemplate | None = None
+) -> Generator:
     if backend == "transformers":
-        return TransformersGenerator(model_path, max_new_tokens)
+        return TransformersGenerator(model_path, max_new_tokens, template=template)
     if backend == "vllm":
-        return VLLMGenerator(model_path, max_new_tokens)
+        return VLLMGenerator(model_path, max_new_tokens, template=template)
     raise ReproError(f"unknown backend {backend!r}; valid backends: transformers, vllm")
