@@ -4,7 +4,8 @@ run folder prepared at submission is the one the job's `repro run` resumes (same
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -102,11 +103,35 @@ def resolve_cpu_config(
     return config, note
 
 
-def gpu_data_files(model: str, prompt_set: str, train_file: Path | None, val_file: Path | None) -> tuple[Path, Path]:
-    """Prompts filtered for this backbone (`repro data filter`), or files the user names."""
+def gpu_data_files(
+    model: str, prompt_set: str, train_file: Path | None, val_file: Path | None, preset: str = "paper"
+) -> tuple[Path, Path]:
+    """Files the user names; else, under the released preset, the authors' released sets (by Hub id, see
+    `hub_inputs`); else the prompts `repro data filter` built, filtered with the catalog's filter model
+    (the backbone itself, or for Qwen3-4B under the released preset the 7B model)."""
+    from repro.data import released
 
-    folder = filtered_folder(model, prompt_set)
-    return train_file or folder / "train.parquet", val_file or folder / "val.parquet"
+    backbone = catalog.get_backbone(model)
+    folder = filtered_folder(backbone.train_prompts_from(preset), prompt_set)
+    train_id = released.released_training_set(model, prompt_set, preset)
+    train = train_file or (Path(train_id) if train_id else folder / "train.parquet")
+    val = val_file or (Path(released.released_validation_set()) if train_id else folder / "val.parquet")
+    return train, val
+
+
+def hub_inputs(files: tuple[Path, Path]) -> tuple[tuple[Path, Path], dict[str, str]]:
+    """(train, val) with every Hub id replaced by its local cache file, and {cache file: Hub id} for the
+    ones `repro.data.released.materialise` has to build before verl starts."""
+    from repro.data import released
+
+    out, sources = [], {}
+    for role, item in zip(released.ROLES, files, strict=True):
+        if released.is_hub_id(str(item)):
+            local = released.cache_file(str(item), role)
+            sources[str(local)] = str(item)
+            item = local
+        out.append(Path(item))
+    return (out[0], out[1]), sources
 
 
 def verl_size_sets(steps: int | None, batch: int | None) -> dict[str, int]:
@@ -137,6 +162,18 @@ def cpu_rehearsal_inputs(
     return train_file or train, val_file or val, str(model_folder(TinyModelSpec()))
 
 
+def fetch_hub_inputs(spec: VerlRun, backbone: str, say: Callable[[str], None] = lambda _line: None) -> None:
+    """Released sets named by Hub id become local verl Parquet before verl starts (verl reads local files).
+    Submission does it on the submitting machine, which on a cluster usually has the network the compute
+    nodes lack; `repro run` does it for a run started by hand."""
+    from repro.data.released import materialise
+
+    for local, hub_id in spec.hub_sources.items():
+        if not Path(local).exists():
+            say(f"downloading {hub_id} from the Hub into {Path(local).parent} (first use only)")
+            materialise(hub_id, backbone, Path(local).stem)
+
+
 @dataclass
 class VerlRun:
     """A GPU cell as its run folder records it: the config for RunDir.prepare and the trainer command
@@ -147,6 +184,7 @@ class VerlRun:
     nnodes: int
     gpus_per_node: int
     data_files: tuple[Path, Path]  # train, validation
+    hub_sources: dict[str, str] = field(default_factory=dict)  # local file -> the Hub id it is built from
 
     def trainer_argv(self, python: str = "python") -> list[str]:
         from repro.verl_plugin.config_builder import ENTRY_MODULE
@@ -174,7 +212,8 @@ def verl_run(
     if catalog.get_backbone(model).device == "cpu":
         train, val, model_path = cpu_rehearsal_inputs(model, prompt_set, train_file, val_file)
     else:
-        train, val = gpu_data_files(model, prompt_set, train_file, val_file)
+        train, val = gpu_data_files(model, prompt_set, train_file, val_file, preset)
+    (train, val), hub_sources = hub_inputs((train, val))
     cell = VerlCell(
         model,
         method,
@@ -191,10 +230,14 @@ def verl_run(
     )
     overrides = build_overrides(cell)
     values = dict(item.split("=", 1) for item in overrides)
+    config: dict[str, Any] = {"cell": cell.name, "preset": preset, "overrides": overrides}
+    if hub_sources:  # only then, so run folders written before Hub inputs existed keep their config
+        config["hub_sources"] = hub_sources
     return VerlRun(
-        config={"cell": cell.name, "preset": preset, "overrides": overrides},
+        config=config,
         overrides=overrides,
         nnodes=int(values.get("trainer.nnodes", 1)),
         gpus_per_node=int(values.get("trainer.n_gpus_per_node", 8)),
         data_files=(train, val),
+        hub_sources=hub_sources,
     )

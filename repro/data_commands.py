@@ -39,7 +39,9 @@ def filter_cmd(
     input_file: Annotated[
         Path | None,
         typer.Option(
-            "--input", help="Local JSONL/Parquet (problem, answer[, solution]) or a released pre-filtered verl Parquet."
+            "--input",
+            help="Local JSONL/Parquet (problem, answer[, solution]), a released pre-filtered verl Parquet, "
+            "or a released set's Hub id (e.g. RLHFlow/reinforce_ada_hard_prompt).",
         ),
     ] = None,
     val_size: Annotated[int, typer.Option("--val-size", min=0, help="Prompts held out for validation.")] = 200,
@@ -65,6 +67,8 @@ def filter_cmd(
       repro data filter --model qwen2.5-math-1.5b --input openr1_default.parquet --backend vllm
 
       repro data filter --model qwen2.5-math-7b --input reinforce_ada_7b_train.parquet   # a released set
+
+      repro data filter --model qwen2.5-math-7b --pass-rate 0.125 --input RLHFlow/reinforce_ada_hard_prompt
     """
     from repro.data import filter as flt
     from repro.evaluation.generation import make_generator
@@ -77,8 +81,9 @@ def filter_cmd(
     source = source or ("tiny-arith" if model == "tiny-arith" else "openr1")
     name = prompt_set_for(pass_rate)
     out_dir = out or repro_home() / "data" / f"{model}-{name}"
+    template = template_for(model)
     started = time.perf_counter()
-    rows, prefiltered = flt.load_candidates(source, input_file)
+    rows, prefiltered = flt.load_candidates(source, input_file, template)
     stages = {"loaded": len(rows)}
     rows = flt.dedupe(rows)
     stages["after_dedupe"] = len(rows)
@@ -96,7 +101,7 @@ def filter_cmd(
         import torch
 
         chosen = backend if backend != "auto" else ("vllm" if torch.cuda.is_available() else "transformers")
-        generator = make_generator(chosen, model_path, 16 if model == "tiny-arith" else 4096, template_for(model))
+        generator = make_generator(chosen, model_path, 16 if model == "tiny-arith" else 4096, template)
         with progress_bar(err) as progress:
             task = progress.add_task(f"sampling {model} x{base_samples} per prompt", total=len(rows))
             counts = flt.sample_pass_counts(
@@ -112,21 +117,24 @@ def filter_cmd(
         stages["all_wrong_dropped"] = sum(1 for r in rows if counts[r.key] == 0)
         stages["too_easy_dropped"] = sum(1 for r in rows if counts[r.key] > limit_correct + 1e-9)
         stages["kept"] = len(kept)
+    max_tokens = (
+        catalog.get_prompt_set(name if name in catalog.prompt_sets() else "standard")
+        .settings["max_prompt_tokens"]
+        .value
+    )
+    count_tokens = flt.token_counter(_model_path(model, backbone))
+    if count_tokens is None:
+        err.print(f"warning: cannot load the {model} tokenizer; prompts over {max_tokens} tokens are not dropped")
+    kept, stages["too_long_dropped"] = flt.drop_long(kept, max_tokens, count_tokens)
     if not kept:
         raise ReproError(f"no prompt has 0 < pass rate <= {pass_rate}; raise --pass-rate or use more prompts")
-    tokenizer = _tokenizer(model, backbone)
-    split = flt.write_split(
-        kept,
-        out_dir,
-        min(val_size, len(kept) // 10),
-        seed,
-        700,
-        lambda text: len(tokenizer(text)["input_ids"]) if tokenizer else 0,
-    )
+    split = flt.write_split(kept, out_dir, min(val_size, len(kept) // 10), seed, template)
     summary = {
         "model": model,
         "source": source,
         "input": str(input_file) if input_file else None,
+        "prompt_template": template.key,
+        "max_prompt_tokens": max_tokens if count_tokens else None,
         "base_samples": base_samples,
         "pass_rate": pass_rate,
         "prompt_set": name,
@@ -149,12 +157,3 @@ def _model_path(model: str, backbone) -> Path:
 
         return ensure_tiny_model()
     return Path(backbone.hf_id)
-
-
-def _tokenizer(model: str, backbone):
-    try:
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(_model_path(model, backbone))
-    except Exception:
-        return None

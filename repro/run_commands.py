@@ -13,7 +13,14 @@ import yaml
 from rich.progress import TextColumn
 
 from repro import catalog
-from repro.cell_config import build_cpu_config, parse_sets, resolve_cpu_config, verl_run, verl_size_sets
+from repro.cell_config import (
+    build_cpu_config,
+    fetch_hub_inputs,
+    parse_sets,
+    resolve_cpu_config,
+    verl_run,
+    verl_size_sets,
+)
 from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
 from repro.rundir import RunDir, cell_name
@@ -231,6 +238,7 @@ def _run_verl(
             f"{model} needs CUDA GPUs and none is visible here; use --dry-run to print the command, "
             "or --model tiny-arith on a CPU"
         )
+    fetch_hub_inputs(spec, model, lambda line: stderr_console().print(line))
     for needed in spec.data_files:
         if not needed.exists():
             raise ReproError(

@@ -197,7 +197,28 @@ def test_prompt_sets() -> None:
     assert standard.base_samples == hard.base_samples == 16
     assert standard.settings["dataset"].value == "open-r1/OpenR1-Math-220k"
     assert standard.settings["dataset_subset"].value == "default"
-    assert hard.settings["released_sets"].value.startswith("RLHFlow/reinforce_ada_")
+    assert hard.settings["released_validation"].value == "weqweasdas/validate"
+    assert hard.settings["max_prompt_tokens"].value == 700
+
+
+def test_released_prompt_sets_and_qwen3_trained_on_the_7b_hard_set() -> None:
+    """PROTOCOL.md 'Training data': the five released sets by backbone, and Qwen3-4B on the 7B hard set."""
+    sets = {k: b.released_prompt_sets for k, b in catalog.backbones().items()}
+    assert sets["qwen2.5-math-1.5b"] == {
+        "standard": "RLHFlow/reinforce_ada_simple_prompt_1-5b",
+        "hard": "RLHFlow/reinforce_ada_hard_prompt_1-5b",
+    }
+    assert sets["qwen2.5-math-7b"] == {
+        "standard": "RLHFlow/reinforce_ada_easy_prompt",
+        "hard": "RLHFlow/reinforce_ada_hard_prompt",
+    }
+    assert sets["llama-3.2-3b-instruct"] == {"hard": "RLHFlow/reinforce_ada_hard_prompt_llama"}
+    assert sets["qwen3-4b-instruct"] == {"hard": sets["qwen2.5-math-7b"]["hard"]}
+    assert sets["tiny-arith"] == {}
+    qwen3 = catalog.get_backbone("qwen3-4b-instruct")
+    assert qwen3.train_prompts_from("paper") == "qwen3-4b-instruct"
+    assert qwen3.train_prompts_from("released") == "qwen2.5-math-7b"
+    assert catalog.get_backbone("qwen2.5-math-7b").train_prompts_from("released") == "qwen2.5-math-7b"
 
 
 def test_benchmark_sizes_match_paper_csv() -> None:

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from repro import catalog
 from repro.reward import compute_score, last_boxed
 from repro.tasks import tiny_arith as ta
 
@@ -56,7 +57,7 @@ def test_parquet_rows_in_verl_format(tmp_path) -> None:
     row = frame.iloc[0]
     assert row["data_source"] == "tiny-arith" and row["ability"] == "math"
     assert [m["role"] for m in row["prompt"]] == ["system", "user"]
-    assert row["prompt"][0]["content"] == ta.SYSTEM_PROMPT
+    assert row["prompt"][0]["content"] == catalog.prompt_template("tiny").system
     assert row["reward_model"]["style"] == "rule"
     assert (
         compute_score("x", f"\\boxed{{{row['reward_model']['ground_truth']}}}", row["reward_model"]["ground_truth"])
@@ -103,7 +104,10 @@ def test_tokenizer_round_trip_and_reload(tmp_path) -> None:
     again = AutoTokenizer.from_pretrained(tmp_path)
     assert again(text, add_special_tokens=False)["input_ids"] == ids
     prompt = again.apply_chat_template(
-        [{"role": "system", "content": ta.SYSTEM_PROMPT}, {"role": "user", "content": "What is 1 plus 2?"}],
+        [
+            {"role": "system", "content": catalog.prompt_template("tiny").system},
+            {"role": "user", "content": "What is 1 plus 2?"},
+        ],
         add_generation_prompt=True,
         tokenize=False,
     )

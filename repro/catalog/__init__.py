@@ -112,6 +112,20 @@ class Backbone:
     def prompt_template(self) -> str:
         return self.settings["prompt_template"].value
 
+    @property
+    def released_prompt_sets(self) -> dict[str, str]:
+        """Prompt set -> the Hub id of the authors' pre-filtered training set for this backbone."""
+        setting = self.settings.get("released_prompt_sets")
+        return {} if setting is None else dict(setting.value)
+
+    def train_prompts_from(self, preset: str = "paper") -> str:
+        """The backbone whose pass rates filter this backbone's training prompts (itself, unless the
+        catalog says otherwise: the released Qwen3-4B run trained on the 7B hard set)."""
+        setting = self.settings.get("train_prompts_from")
+        if setting is None:
+            return self.key
+        return setting.released if preset == "released" and setting.released is not None else setting.value
+
 
 @dataclass(frozen=True)
 class Method:
@@ -390,7 +404,12 @@ def _parse_backbones(
         where = f"{filename}: {key}"
         entry = dict(_mapping(raw, where))
         description = _text(entry.pop("description", None), f"{where}.description")
-        settings = _settings(entry, where, required=_BACKBONE_FIELDS, allowed=(*_BACKBONE_FIELDS, "param_count"))
+        settings = _settings(
+            entry,
+            where,
+            required=_BACKBONE_FIELDS,
+            allowed=(*_BACKBONE_FIELDS, "param_count", "released_prompt_sets", "train_prompts_from"),
+        )
         if settings["device"].value not in ("gpu", "cpu"):
             raise CatalogError(f"{where}.device: must be gpu or cpu, got {settings['device'].value!r}")
         for name, valid in (("prompt_set", prompt_set_keys), ("paper_prompt_sets", prompt_set_keys)):
@@ -398,6 +417,11 @@ def _parse_backbones(
             for value in values if isinstance(values, list) else [values]:
                 if value not in valid:
                     raise CatalogError(f"{where}.{name}: {unknown_name('prompt set', str(value), valid)}")
+        released_sets = settings["released_prompt_sets"].value if "released_prompt_sets" in settings else {}
+        if not isinstance(released_sets, Mapping) or any(k not in prompt_set_keys for k in released_sets):
+            raise CatalogError(
+                f"{where}.released_prompt_sets: must map prompt sets {sorted(prompt_set_keys)} to Hub ids"
+            )
         template = settings["prompt_template"].value
         if template_keys is not None and template not in template_keys:
             raise CatalogError(
@@ -410,6 +434,11 @@ def _parse_backbones(
             if value not in method_keys:
                 raise CatalogError(f"{where}.paper_methods: {unknown_name('method', str(value), method_keys)}")
         out[key] = Backbone(key=key, description=description, settings=settings)
+    for key, backbone in out.items():
+        source = backbone.settings.get("train_prompts_from")
+        for value in () if source is None else (source.value, source.released):
+            if value is not None and value not in out:
+                raise CatalogError(f"{filename}: {key}.train_prompts_from: {unknown_name('backbone', str(value), out)}")
     return out
 
 

@@ -2,7 +2,10 @@
 
 Stages: load (OpenR1-Math-220k `default`, the tiny-arith pool, a local file, or a released pre-filtered
 verl set), de-duplicate, drop prompts whose reference answer does not verify, sample the base model
-`base_samples` times per prompt, keep 0 < pass rate <= threshold, and write verl Parquet plus a summary.
+`base_samples` times per prompt, keep 0 < pass rate <= threshold, drop prompts over 700 tokens (training
+and validation alike, as the released reformat.py does), and write verl Parquet plus a summary. Every
+prompt is built with the backbone's template (`repro.prompting`): the filter samples the very chat that
+training and evaluation send.
 Sampling is the expensive stage, so its per-prompt results are appended to `samples.jsonl` as they come
 and a rerun skips what is there.
 """
@@ -17,11 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
+from repro import catalog
 from repro.atomic import append_lines, drop_torn_tail, write_text
 from repro.errors import ReproError
+from repro.prompting import chat_messages, problem_text
 from repro.reward import compute_score
 from repro.rows import read_rows
-from repro.tasks.tiny_arith import SYSTEM_PROMPT
 
 OPENR1 = {"hf": "open-r1/OpenR1-Math-220k", "config": "default", "split": "train"}
 
@@ -39,14 +43,22 @@ def _key(text: str) -> str:
     return hashlib.sha1(" ".join(text.split()).lower().encode()).hexdigest()[:16]
 
 
-def load_candidates(source: str, local_file: Path | None) -> tuple[list[Candidate], bool]:
-    """Rows to filter, and whether they are already a filtered verl set (released `RLHFlow/reinforce_ada_*`)."""
+def load_candidates(
+    source: str, local_file: Path | None, template: catalog.PromptTemplate
+) -> tuple[list[Candidate], bool]:
+    """Rows to filter, and whether they are already a filtered verl set (released `RLHFlow/reinforce_ada_*`).
+
+    `local_file` may also be a Hub id (a released set): it is loaded with `datasets` like OpenR1."""
+    from repro.data import released
+
     user_file = local_file is not None
     if source == "tiny-arith" and not user_file:
         from repro.tasks.tiny_arith import ensure_data
 
         local_file = ensure_data(0)["train"]
-    if local_file is not None:
+    if local_file is not None and released.is_hub_id(str(local_file)):
+        rows = released.load_hub_rows(str(local_file))
+    elif local_file is not None:
         rows = read_rows(Path(local_file))
     elif source == "openr1":
         try:
@@ -60,27 +72,33 @@ def load_candidates(source: str, local_file: Path | None) -> tuple[list[Candidat
             ) from exc
     else:
         raise ReproError(f"unknown --source {source!r}; valid: openr1, tiny-arith (or pass --input FILE)")
-    prefiltered = bool(rows) and "prompt" in rows[0] and "reward_model" in rows[0]
+    prefiltered = bool(rows) and is_verl_row(rows[0])
+    return candidates_from_rows(rows, source, template), prefiltered and user_file
+
+
+def is_verl_row(row: dict) -> bool:
+    return "prompt" in row and "reward_model" in row
+
+
+def candidates_from_rows(rows: list[dict], source: str, template: catalog.PromptTemplate) -> list[Candidate]:
+    """verl rows (their user turn back to the bare problem, so the template's suffix is never doubled) or
+    raw rows with `problem` and `answer` (or `gt`, the released selection files' name for it)."""
     out = []
     for row in rows:
-        if "prompt" in row and "reward_model" in row:
-            problem = next(m["content"] for m in row["prompt"] if m["role"] == "user")
-            out.append(
-                Candidate(
-                    _key(problem),
-                    problem,
-                    str(row["reward_model"]["ground_truth"]),
-                    None,
-                    str(row.get("data_source", "released")),
-                )
-            )
-        elif "problem" in row and "answer" in row:
-            out.append(
-                Candidate(_key(row["problem"]), str(row["problem"]), str(row["answer"]), row.get("solution"), source)
-            )
+        if is_verl_row(row):
+            user = next(m["content"] for m in row["prompt"] if m["role"] == "user")
+            problem = problem_text(user, template)
+            answer = str(row["reward_model"]["ground_truth"])
+            out.append(Candidate(_key(problem), problem, answer, None, str(row.get("data_source", "released"))))
+        elif "problem" in row and ("answer" in row or "gt" in row):
+            answer = str(row["answer"] if "answer" in row else row["gt"])
+            out.append(Candidate(_key(row["problem"]), str(row["problem"]), answer, row.get("solution"), source))
         else:
-            raise ReproError("input rows need problem and answer fields (or verl prompt/reward_model columns)")
-    return out, prefiltered and user_file
+            raise ReproError(
+                "input rows need problem and answer (or gt) fields, or verl prompt/reward_model columns; "
+                f"got {sorted(row)}"
+            )
+    return out
 
 
 def dedupe(rows: list[Candidate]) -> list[Candidate]:
@@ -135,11 +153,11 @@ def sample_pass_counts(
     return counts
 
 
-def verl_rows(rows: list[Candidate], split: str) -> list[dict]:
+def verl_rows(rows: list[Candidate], split: str, template: catalog.PromptTemplate) -> list[dict]:
     return [
         {
             "data_source": r.data_source,
-            "prompt": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": r.problem}],
+            "prompt": chat_messages(r.problem, template),
             "ability": "math",
             "reward_model": {"style": "rule", "ground_truth": r.answer},
             "extra_info": {"split": split, "index": i, "key": r.key},
@@ -148,32 +166,54 @@ def verl_rows(rows: list[Candidate], split: str) -> list[dict]:
     ]
 
 
-def write_split(
-    rows: list[Candidate],
-    out_dir: Path,
-    val_size: int,
-    seed: int,
-    max_val_tokens: int,
-    count_tokens: Callable[[str], int],
-) -> dict[str, int]:
-    """Shuffle, carve a validation split (prompts over `max_val_tokens` tokens stay out of it), write Parquet."""
+def drop_long(
+    rows: list[Candidate], max_tokens: int, count_tokens: Callable[[str], int] | None
+) -> tuple[list[Candidate], int]:
+    """Prompts whose problem text is at most `max_tokens` tokens (the released reformat.py counts the bare
+    problem with the backbone's tokenizer); without a tokenizer nothing is dropped. Returns (kept, dropped)."""
+    if count_tokens is None:
+        return rows, 0
+    kept = [r for r in rows if count_tokens(r.problem) <= max_tokens]
+    return kept, len(rows) - len(kept)
+
+
+VERL_COLUMNS = ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+
+
+def write_rows(rows: list[Candidate], path: Path, split: str, template: catalog.PromptTemplate) -> Path:
+    """One verl Parquet file, written atomically (temp file + rename)."""
     import pandas as pd
 
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pd.DataFrame(verl_rows(rows, split, template), columns=VERL_COLUMNS).to_parquet(tmp, index=False)
+    tmp.replace(path)
+    return path
+
+
+def write_split(
+    rows: list[Candidate], out_dir: Path, val_size: int, seed: int, template: catalog.PromptTemplate
+) -> dict[str, int]:
+    """Shuffle, carve a validation split, write train/val Parquet (rows already length-filtered)."""
     order = np.random.default_rng(seed).permutation(len(rows))
     shuffled = [rows[i] for i in order]
-    val, train = [], []
-    for row in shuffled:
-        if len(val) < val_size and count_tokens(row.problem) <= max_val_tokens:
-            val.append(row)
-        else:
-            train.append(row)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    val, train = shuffled[:val_size], shuffled[val_size:]
     for name, part in (("train", train), ("val", val)):
-        tmp = out_dir / f".{name}.parquet.tmp"
-        columns = ["data_source", "prompt", "ability", "reward_model", "extra_info"]
-        pd.DataFrame(verl_rows(part, name), columns=columns).to_parquet(tmp, index=False)
-        tmp.replace(out_dir / f"{name}.parquet")
+        write_rows(part, out_dir / f"{name}.parquet", name, template)
     return {"train": len(train), "val": len(val)}
+
+
+def token_counter(model_path: str | Path) -> Callable[[str], int] | None:
+    """Tokens of a text with the backbone's tokenizer, counted as the released reformat.py counts them
+    (`tokenizer.encode(problem)`, special tokens included); None when the tokenizer cannot be loaded (the
+    caller says so)."""
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    except Exception:
+        return None
+    return lambda text: len(tokenizer.encode(text))
 
 
 def histogram(counts: dict[str, int], samples: int) -> list[int]:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 DATA_SOURCE = "tiny-arith"
 
 # level -> (digits of a, digits of b, operation); higher levels are harder for a tiny model
@@ -98,13 +97,12 @@ def sample_problems(
 
 
 def verl_row(problem: Problem, split: str, index: int, data_source: str) -> dict:
-    """One row in verl's RL dataset format (PROTOCOL.md)."""
+    """One row in verl's RL dataset format (PROTOCOL.md), with the tiny-arith backbone's prompt template."""
+    from repro.prompting import chat_messages, template_for
+
     return {
         "data_source": data_source,
-        "prompt": [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": problem.question},
-        ],
+        "prompt": chat_messages(problem.question, template_for("tiny-arith")),
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": problem.answer},
         "extra_info": {"split": split, "index": index, "level": problem.level},

@@ -1,0 +1,280 @@
+"""Data as the released code built it: one prompt template everywhere, the 700-token filter on training
+prompts, released sets by Hub id, and Qwen3-4B trained on the 7B hard set under the released preset."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from repro import catalog
+from repro.cli import main
+from repro.data import filter as flt
+from repro.data import released
+from repro.prompting import chat_messages, problem_text, template_for
+
+SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
+SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."  # PROTOCOL.md, verbatim
+
+
+def _user(row: dict) -> str:
+    return next(m["content"] for m in row["prompt"] if m["role"] == "user")
+
+
+@pytest.mark.parametrize(
+    "backbone", ["qwen2.5-math-1.5b", "qwen2.5-math-7b", "llama-3.2-3b-instruct", "qwen3-4b-instruct"]
+)
+def test_every_paper_backbone_uses_the_released_chat(backbone: str) -> None:
+    messages = chat_messages("What is 2+2?", template_for(backbone))
+    assert messages == [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is 2+2?" + SUFFIX}]
+
+
+def test_the_tiny_model_keeps_its_bare_problem_and_a_suffix_is_never_doubled() -> None:
+    tiny = template_for("tiny-arith")
+    assert chat_messages("What is 1 plus 2?", tiny)[1]["content"] == "What is 1 plus 2?"
+    paper = template_for("qwen2.5-math-7b")
+    assert problem_text("What is 2+2?" + SUFFIX, paper) == "What is 2+2?"
+    assert problem_text("What is 2+2?", paper) == "What is 2+2?"
+
+
+def test_a_built_training_row_carries_the_instruction_suffix() -> None:
+    rows = flt.verl_rows([flt.Candidate("k", "Find $x$ if $2x=6$.", "3")], "train", template_for("qwen2.5-math-7b"))
+    assert rows[0]["prompt"] == [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Find $x$ if $2x=6$." + SUFFIX},
+    ]
+    assert rows[0]["reward_model"] == {"style": "rule", "ground_truth": "3"}
+
+
+class _Tokenizer:
+    """Renders chat messages the way a chat template would, recording each request."""
+
+    eos_token_id = 0
+
+    def __init__(self) -> None:
+        self.requests: list[list[dict]] = []
+
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+        self.requests.append(messages)
+        return "".join(f"<|{m['role']}|>{m['content']}" for m in messages) + "<|assistant|>"
+
+
+def _fake_vllm(monkeypatch) -> dict:
+    seen: dict = {}
+    tokenizer = _Tokenizer()
+
+    class LLM:
+        def __init__(self, **kwargs) -> None:
+            seen["kwargs"] = kwargs
+
+        def get_tokenizer(self):
+            return tokenizer
+
+        def generate(self, prompts, params, use_tqdm=False):
+            seen["prompts"] = list(prompts)
+            text = types.SimpleNamespace(text="\\boxed{4}")
+            return [types.SimpleNamespace(outputs=[text] * params.n) for _ in prompts]
+
+    class SamplingParams:
+        def __init__(self, **kwargs) -> None:
+            self.__dict__.update(kwargs)
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams))
+    seen["tokenizer"] = tokenizer
+    return seen
+
+
+def test_an_eval_request_sends_the_system_prompt_and_the_suffix(monkeypatch) -> None:
+    from repro.evaluation.generation import make_generator
+
+    seen = _fake_vllm(monkeypatch)
+    generator = make_generator("vllm", Path("Qwen/Qwen2.5-Math-7B"), 4096, template_for("qwen2.5-math-7b"))
+    assert generator.generate(["What is 2+2?"], n=2, seed=0) == [["\\boxed{4}", "\\boxed{4}"]]
+    assert seen["prompts"] == [f"<|system|>{SYSTEM}<|user|>What is 2+2?{SUFFIX}<|assistant|>"]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> dict[str, str]:
+    """A private REPRO_HOME: Hub caches written by one test must not leak into another."""
+    folder = tmp_path / "repro_home"
+    monkeypatch.setenv("REPRO_HOME", str(folder))
+    return {"REPRO_HOME": str(folder)}
+
+
+def _raw_rows(path: Path, problems: list[tuple[str, str]]) -> Path:
+    path.write_text("".join(json.dumps({"problem": p, "answer": a}) + "\n" for p, a in problems))
+    return path
+
+
+def test_the_filter_samples_the_training_chat_and_drops_long_training_prompts(monkeypatch, tmp_path) -> None:
+    """A paper backbone's filter: requests carry the suffix, and prompts over 700 tokens leave training too
+    (not only validation). Token counts: one token per word, so the long problem has 701."""
+    import repro.data_commands as dc
+
+    seen = _fake_vllm(monkeypatch)
+    monkeypatch.setattr(flt, "token_counter", lambda _path: lambda text: len(text.split()))
+    monkeypatch.setattr(dc, "_model_path", lambda _model, _backbone: Path("Qwen/Qwen2.5-Math-7B"))
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)  # so `auto` picks the (fake) vLLM backend
+    long_problem = " ".join(["word"] * 700) + " 2+2?"
+    problems = [(f"What is {i}+{4 - i}?", "4") for i in range(30)] + [(long_problem, "4")]  # the fake says 4
+    source = _raw_rows(tmp_path / "candidates.jsonl", problems)
+    out = tmp_path / "filtered"
+    args = ["data", "filter", "--model", "qwen2.5-math-7b", "--input", str(source), "--out", str(out)]
+    assert main([*args, "--base-samples", "4", "--pass-rate", "1.0", "--val-size", "2"]) == 0
+    assert all(request[1]["content"].endswith(SUFFIX) for request in seen["tokenizer"].requests)
+    assert len(seen["tokenizer"].requests) == 31  # every candidate was sampled, the long one too
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stages"]["too_long_dropped"] == 1 and summary["prompt_template"] == "released"
+    assert summary["max_prompt_tokens"] == 700
+    train, val = pd.read_parquet(out / "train.parquet"), pd.read_parquet(out / "val.parquet")
+    assert len(train) + len(val) == 30 and len(val) == 2
+    users = [_user(r) for r in train.to_dict("records")] + [_user(r) for r in val.to_dict("records")]
+    assert all(u.endswith(SUFFIX) and u.count(SUFFIX) == 1 for u in users)
+    assert not any(u.startswith("word word") for u in users)
+
+
+def test_drop_long_keeps_exactly_the_limit() -> None:
+    rows = [flt.Candidate(str(n), " ".join(["w"] * n), "1") for n in (699, 700, 701)]
+    kept, dropped = flt.drop_long(rows, 700, lambda text: len(text.split()))
+    assert [r.key for r in kept] == ["699", "700"] and dropped == 1
+    assert flt.drop_long(rows, 700, None) == (rows, 0)  # no tokenizer: nothing dropped (and the CLI warns)
+
+
+# ---------------------------------------------------------------------------------- released sets by Hub id
+
+RELEASED_ROWS = [  # the shape data_process/reformat.py writes: the suffix is already in the user turn
+    {
+        "data_source": "numina_math",
+        "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"What is {i}*3?{SUFFIX}"}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": str(3 * i)},
+        "extra_info": {"split": "train", "index": i},
+    }
+    for i in range(12)
+]
+VALIDATE_ROWS = [{"problem": f"What is {i}-1?", "answer": str(i - 1)} for i in range(5)] + [
+    {"problem": " ".join(["long"] * 701), "answer": "0"}
+]
+
+
+def test_is_hub_id() -> None:
+    assert released.is_hub_id("RLHFlow/reinforce_ada_hard_prompt") and released.is_hub_id("weqweasdas/validate")
+    assert not released.is_hub_id("data/train.parquet") and not released.is_hub_id("train.parquet")
+    assert not released.is_hub_id("/abs/path/x") and not released.is_hub_id("a/b/c")
+
+
+def test_a_released_set_by_hub_id_becomes_local_verl_rows(home) -> None:
+    path = released.materialise(
+        "RLHFlow/reinforce_ada_hard_prompt",
+        "qwen2.5-math-7b",
+        "train",
+        loader=lambda _id: RELEASED_ROWS,
+        count_tokens=lambda text: len(text.split()),
+    )
+    assert path == Path(home["REPRO_HOME"]) / "data/hub/RLHFlow__reinforce_ada_hard_prompt/train.parquet"
+    rows = pd.read_parquet(path).to_dict("records")
+    assert [_user(r) for r in rows] == [f"What is {i}*3?{SUFFIX}" for i in range(12)]  # suffix once
+    assert [r["reward_model"]["ground_truth"] for r in rows] == [str(3 * i) for i in range(12)]
+    val = released.materialise(
+        "weqweasdas/validate", "qwen2.5-math-7b", "val", loader=lambda _id: VALIDATE_ROWS, count_tokens=len
+    )
+    # validate's raw rows are built with the chat and the length filter (here 1 token per character)
+    assert len(pd.read_parquet(val)) == 5
+    summary = json.loads(val.with_suffix(".summary.json").read_text())
+    assert summary["loaded"] == 6 and summary["too_long_dropped"] == 1 and summary["rows"] == 5
+
+
+def test_data_filter_takes_a_released_set_by_hub_id(home, monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(released, "load_hub_rows", lambda hub_id, split="train": RELEASED_ROWS)
+    monkeypatch.setattr(flt, "token_counter", lambda _path: lambda text: len(text.split()))
+    out = tmp_path / "out"
+    args = ["data", "filter", "--model", "qwen2.5-math-7b", "--pass-rate", "0.125"]
+    assert main([*args, "--input", "RLHFlow/reinforce_ada_hard_prompt", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stages"]["prefiltered_input"] == 12 and summary["split"] == {"train": 11, "val": 1}
+
+
+def _cell(model: str, prompt_set: str, preset: str, tmp_path: Path, **files):
+    from repro.cell_config import verl_run
+
+    return verl_run(model, "seq-balance", prompt_set, 0, tmp_path / "run", preset=preset, **files)
+
+
+def _value(spec, key: str) -> str:
+    return dict(item.split("=", 1) for item in spec.overrides)[key]
+
+
+def test_qwen3_trains_on_the_7b_hard_set_under_the_released_preset(home, tmp_path) -> None:
+    home = Path(home["REPRO_HOME"])
+    spec = _cell("qwen3-4b-instruct", "hard", "released", tmp_path)
+    train = home / "data/hub/RLHFlow__reinforce_ada_hard_prompt/train.parquet"
+    assert _value(spec, "data.train_files") == str(train)
+    assert spec.hub_sources == {
+        str(train): "RLHFlow/reinforce_ada_hard_prompt",
+        str(home / "data/hub/weqweasdas__validate/val.parquet"): "weqweasdas/validate",
+    }
+    assert spec.config["hub_sources"] == spec.hub_sources
+    # the paper preset filters with the backbone itself (this project's documented choice)
+    paper = _cell("qwen3-4b-instruct", "hard", "paper", tmp_path)
+    assert _value(paper, "data.train_files") == str(home / "data/qwen3-4b-instruct-hard/train.parquet")
+    assert paper.hub_sources == {} and "hub_sources" not in paper.config
+    # a backbone whose released set exists takes its own; one without (llama standard) falls back
+    seven = _cell("qwen2.5-math-7b", "standard", "released", tmp_path)
+    assert "RLHFlow__reinforce_ada_easy_prompt" in _value(seven, "data.train_files")
+    llama = _cell("llama-3.2-3b-instruct", "standard", "released", tmp_path)
+    assert _value(llama, "data.train_files") == str(home / "data/llama-3.2-3b-instruct-standard/train.parquet")
+
+
+def test_train_file_by_hub_id_is_fetched_before_the_run(home, monkeypatch, tmp_path) -> None:
+    from repro.cell_config import fetch_hub_inputs
+
+    spec = _cell(
+        "qwen2.5-math-1.5b",
+        "hard",
+        "paper",
+        tmp_path,
+        train_file=Path("RLHFlow/reinforce_ada_hard_prompt_1-5b"),
+        val_file=Path("weqweasdas/validate"),
+    )
+    assert set(spec.hub_sources.values()) == {"RLHFlow/reinforce_ada_hard_prompt_1-5b", "weqweasdas/validate"}
+    loads: list[str] = []
+
+    def loader(hub_id: str, split: str = "train") -> list[dict]:
+        loads.append(hub_id)
+        return RELEASED_ROWS if hub_id.startswith("RLHFlow/") else VALIDATE_ROWS
+
+    monkeypatch.setattr(released, "load_hub_rows", loader)
+    monkeypatch.setattr(flt, "token_counter", lambda _path: None)
+    lines: list[str] = []
+    fetch_hub_inputs(spec, "qwen2.5-math-1.5b", lines.append)
+    assert all(Path(local).exists() for local in spec.hub_sources)
+    assert len(lines) == 2 and all(line.startswith("downloading ") for line in lines)
+    fetch_hub_inputs(spec, "qwen2.5-math-1.5b", lines.append)  # cached: nothing fetched again
+    assert len(loads) == 2 and len(lines) == 2
+
+
+def test_a_hub_set_that_cannot_load_is_one_clear_error(home, monkeypatch, capsys) -> None:
+    # the real loader, offline (no Hub here; offline mode only skips the network retries) fails with one line
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    code = main(["data", "filter", "--model", "qwen2.5-math-7b", "--input", "RLHFlow/no_such_set_here"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "cannot load RLHFlow/no_such_set_here from the Hugging Face Hub" in err and "--input PATH" in err
+
+
+def test_catalog_lists_one_template_per_backbone() -> None:
+    assert {k: b.prompt_template for k, b in catalog.backbones().items()} == {
+        "qwen2.5-math-1.5b": "released",
+        "qwen2.5-math-7b": "released",
+        "llama-3.2-3b-instruct": "released",
+        "qwen3-4b-instruct": "released",
+        "tiny-arith": "tiny",
+    }
