@@ -224,7 +224,7 @@ def _run_verl(
         typer.echo(shell_command(spec.overrides))
         from repro.verl_plugin.preflight import preflight
 
-        report = preflight(cfg, model=model, method=method, prompt_set=prompt_set)
+        report = preflight(cfg, model=model, method=method, prompt_set=prompt_set, hub_sources=spec.hub_sources)
         typer.echo("\n".join(["# preflight", *(f"#   {line}" for line in report.lines())]))
         typer.echo("# resolved verl config (composed against verl's ppo_trainer, validate_config passed):")
         typer.echo(OmegaConf.to_yaml(cfg))

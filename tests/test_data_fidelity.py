@@ -278,3 +278,13 @@ def test_catalog_lists_one_template_per_backbone() -> None:
         "qwen3-4b-instruct": "released",
         "tiny-arith": "tiny",
     }
+
+
+def test_the_released_dry_run_names_the_hub_set_it_will_fetch(home, capsys) -> None:
+    args = ["run", "--model", "qwen3-4b-instruct", "--method", "seq-balance", "--prompt-set", "hard"]
+    assert main([*args, "--preset", "released", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    train = Path(home["REPRO_HOME"]) / "data/hub/RLHFlow__reinforce_ada_hard_prompt/train.parquet"
+    assert f"data.train_files={train}" in out
+    assert "it is RLHFlow/reinforce_ada_hard_prompt, downloaded from the Hub when the run starts" in out
+    assert not (train.parent).exists()  # a dry run downloads nothing

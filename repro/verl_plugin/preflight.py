@@ -73,11 +73,17 @@ class Preflight:
     cuda_devices: int
     disk: CheckpointDisk | None  # None when the catalog has no parameter count
     rehearsal: str | None  # None for a CPU backbone (it is the rehearsal)
+    hub_id: str | None = None  # the released set the training file is built from, fetched when the run starts
 
     def lines(self) -> list[str]:
         out = []
         if self.train_prompts is None:
-            maker = f"`{self.data_command}` makes it" if self.data_command else "the run builds it on first use"
+            if self.hub_id:
+                maker = f"it is {self.hub_id}, downloaded from the Hub when the run starts or the sweep submits it"
+            elif self.data_command:
+                maker = f"`{self.data_command}` makes it"
+            else:
+                maker = "the run builds it on first use"
             out.append(
                 f"training set: {self.train_file} does not exist yet; {maker} (or pass --train-file). "
                 f"Until then trainer.total_epochs={self.epochs}, enough for {self.total_steps} steps from any "
@@ -118,8 +124,11 @@ class Preflight:
         return out
 
 
-def preflight(cfg: Any, *, model: str, method: str, prompt_set: str) -> Preflight:
-    """The preflight of one verl cell, from its composed config."""
+def preflight(
+    cfg: Any, *, model: str, method: str, prompt_set: str, hub_sources: dict[str, str] | None = None
+) -> Preflight:
+    """The preflight of one verl cell, from its composed config (`hub_sources`: local file -> Hub id of the
+    released sets it is built from, `VerlRun.hub_sources`)."""
     import torch
 
     files = cfg.data.train_files
@@ -147,6 +156,7 @@ def preflight(cfg: Any, *, model: str, method: str, prompt_set: str) -> Prefligh
         rehearsal=None
         if cpu_cell
         else f"repro run --model {REHEARSAL_MODEL} --method {method} --engine verl --steps 3",
+        hub_id=(hub_sources or {}).get(train_file),
     )
 
 
