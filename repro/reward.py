@@ -1,5 +1,10 @@
 """The project's one reward function: math-verify on the last \\boxed{...} (PROTOCOL.md "Verifier").
 
+The answer is taken as the released training reward takes it (`released_boxed`): the content of the last
+`\\boxed{`, and none at all when that box never closes, even if an earlier box is complete (a response cut
+off mid-answer earns nothing). An empty box is no answer either. The project's earlier rule, which fell
+back to an earlier balanced box, stays available as `BOXED_RULE = "fallback"` (`last_boxed`).
+
 Training on CPU, the verl reward hook (`custom_reward_function`) and evaluation all call `compute_score`,
 so a response is judged the same way everywhere. Failures to parse or verify score 0 and are counted,
 never raised: one odd response must not stop a run.
@@ -24,8 +29,31 @@ REWARD_TIMEOUT_S = 10.0  # hard limit per verification off the main thread (the 
 REWARD_INNER_TIMEOUT_S = 5  # math-verify's own parse/verify alarm inside that worker, as in the main thread
 
 
+BOXED_RULES = ("released", "fallback")
+BOXED_RULE = "released"  # which box the training reward grades; "fallback" is the pre-issue-13 rule
+
+
+def released_boxed(text: str) -> str | None:
+    """Content of the last \\boxed{ (found with rfind) when its braces close, else None: the released rule."""
+    start = text.rfind("\\boxed{")
+    if start == -1:
+        return None
+    depth, i = 0, start + len("\\boxed")
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1 : j]
+    return None
+
+
 def last_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} with balanced braces, or None."""
+    """Content of the last \\boxed{...} with balanced braces, or None: the "fallback" rule.
+
+    When the last box is unbalanced this falls back to an earlier one, which the released training reward
+    does not do; the training reward uses `released_boxed` unless `BOXED_RULE` says "fallback"."""
     start = text.rfind("\\boxed{")
     while start != -1:
         depth, i = 0, start + len("\\boxed")
@@ -38,6 +66,16 @@ def last_boxed(text: str) -> str | None:
                     return text[i + 1 : j]
         start = text.rfind("\\boxed{", 0, start)  # unbalanced: try an earlier one
     return None
+
+
+def reward_answer(text: str, rule: str | None = None) -> str | None:
+    """The stripped answer the training reward grades under `rule` (default `BOXED_RULE`); None if none or empty."""
+    rule = BOXED_RULE if rule is None else rule
+    if rule not in BOXED_RULES:
+        raise ValueError(f"unknown boxed rule {rule!r}; valid: {', '.join(BOXED_RULES)}")
+    boxed = released_boxed(text) if rule == "released" else last_boxed(text)
+    boxed = None if boxed is None else boxed.strip()
+    return boxed or None
 
 
 def _in_main_thread() -> bool:
@@ -137,14 +175,15 @@ def _judge(prediction: str, ground_truth: str, *, timeout: int = 5, use_cache: b
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None) -> float:
     """verl's custom reward signature; 1.0 when the last boxed answer equals the reference, else 0.0.
 
-    Results are memoised on (boxed content, reference): verification is a pure function of the two, and
-    small models repeat answers constantly.
+    The answer is `reward_answer` (the released rule unless `BOXED_RULE` says otherwise); none, an unclosed
+    last box or an empty box scores 0 as "no_boxed". Results are memoised on (boxed content, reference):
+    verification is a pure function of the two, and small models repeat answers constantly.
     """
-    boxed = last_boxed(solution_str)
+    boxed = reward_answer(solution_str)
     if boxed is None:
         STATS["no_boxed"] += 1
         return 0.0
     judge = _judge if _in_main_thread() else _judge_hard
-    score, outcome = judge(boxed.strip(), str(ground_truth).strip())
+    score, outcome = judge(boxed, str(ground_truth).strip())
     STATS[outcome] += 1
     return score

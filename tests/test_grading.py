@@ -1,4 +1,6 @@
-"""Evaluation grading (repro.evaluation.grading): the training reward's verifier behind a hard time limit."""
+"""Evaluation grading (repro.evaluation.grading): the training reward's verifier behind a hard time limit.
+
+The grading modes of the released evaluation ("boxed", "qwen-math") are tested in test_grading_modes.py."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import time
 import pytest
 
 from repro.evaluation.grading import OUTCOMES, Grade, Grader
-from repro.reward import _judge, compute_score, last_boxed
+from repro.reward import _judge, compute_score, reward_answer
 
 # math-verify takes ~5.4 s on this (its own 5 s signal.alarm fires inside the comparison and it then
 # answers False), far over the limits used here: a real input, not a test hook.
@@ -54,8 +56,8 @@ CASES = [
     (r"\boxed{50\%}", "50", "wrong"),
     (r"\boxed{-3}", "3", "wrong"),
     (r"\boxed{10^{3}}", "1000", "correct"),
-    (r"\boxed{}", "1", "parse_failed"),
-    (r"\boxed{3} and then \boxed{4", "3", "correct"),  # unbalanced last box: the earlier balanced one counts
+    (r"\boxed{}", "1", "no_boxed"),  # an empty box is no answer (released training reward)
+    (r"\boxed{3} and then \boxed{4", "3", "no_boxed"),  # unclosed last box: no answer, no fallback to {3}
 ]
 
 
@@ -84,7 +86,9 @@ def test_agrees_with_the_training_reward(grader):
     for response, reference, _ in CASES:
         got = grader.grade(response, reference)
         assert got.score == compute_score("test", response, reference), (response, reference)
-        assert got.outcome == _judge(last_boxed(response).strip(), reference.strip())[1], (response, reference)
+        answer = reward_answer(response)
+        expected = "no_boxed" if answer is None else _judge(answer, reference.strip())[1]
+        assert got.outcome == expected, (response, reference)
 
 
 def test_memoised_counted_and_grade_many_matches_grade():

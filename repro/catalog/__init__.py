@@ -205,6 +205,13 @@ class Benchmark:
     def problems(self) -> int:
         return self.settings["problems"].value
 
+    @property
+    def grading(self) -> str:
+        """How the released evaluation grades this benchmark (a mode of repro.evaluation.grading); "boxed"
+        when the catalog does not say, the released default for every benchmark but Minerva Math."""
+        setting = self.settings.get("grading")
+        return "boxed" if setting is None else setting.value
+
 
 # ---------------------------------------------------------------------------------------- public API
 

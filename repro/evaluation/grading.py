@@ -1,11 +1,19 @@
-"""Grading for evaluation: the training reward's verifier, behind a hard time limit per call.
+"""Grading for evaluation and the off-main-thread training reward, behind a hard time limit per call.
+
+Three grading modes follow the released code (`repro.evaluation.extract`, PROTOCOL.md "Verifier" and
+"Evaluation: Ave@32"): "reward" (the training reward: released last-box rule, math-verify), "boxed" (the
+released evaluation of MATH500 / OlympiadBench / AIME-like: stack extractor, math-verify) and "qwen-math"
+(the released Minerva Math evaluation: Qwen2.5-Math's extraction and `math_equal`, whose sympy calls can
+hang too, so they run in the same workers). The answer is extracted in the parent (cheap string work);
+only the comparison goes to a worker.
 
 `repro.reward.compute_score` relies on math-verify's own timeouts, which use `signal.alarm`: they only
 work in the main thread and cannot stop a hang inside C code. Evaluation grades hundreds of thousands of
-responses, so one pathological answer must not stall it. `Grader` runs `repro.reward._judge` (the very
-function the training reward uses, so the two cannot disagree on a normal input) in long-lived worker
-processes; a call that exceeds `timeout_s` is abandoned by killing the worker, scores 0 with outcome
-"timeout" (counted, never raised), and the worker is restarted when next needed.
+responses, so one pathological answer must not stall it. `Grader` runs the comparison (`repro.reward._judge`
+for the math-verify modes, the very function the training reward uses, so the two cannot disagree on a
+normal input; `repro.evaluation.qwen_math.judge` for "qwen-math") in long-lived worker processes; a call
+that exceeds `timeout_s` is abandoned by killing the worker, scores 0 with outcome "timeout" (counted,
+never raised), and the worker is restarted when next needed.
 
 Workers are started with the "spawn" context (nothing is inherited from a parent that may hold threads,
 CUDA or a big heap). As with any spawn-based code, a script that creates a `Grader` at import time
@@ -25,7 +33,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from multiprocessing.connection import wait as _wait
 
-from repro.reward import last_boxed
+from repro.evaluation.extract import GRADING_MODES, MATH_VERIFY_MODES, check_mode, extract
+
+__all__ = ["GRADING_MODES", "OUTCOMES", "Grade", "Grader", "benchmark_grading"]
 
 OUTCOMES = ("correct", "wrong", "no_boxed", "parse_failed", "timeout", "error")
 
@@ -37,6 +47,16 @@ class Grade:
 
 
 _NO_BOXED = Grade(0.0, "no_boxed")
+DEFAULT_MODE = "reward"  # grade/grade_many without a mode: compute_score's verdict
+
+
+def benchmark_grading(name: str) -> str:
+    """The grading mode the released evaluation uses for benchmark `name` (catalog `grading`); "boxed" for
+    benchmarks outside the catalog (the tiny-arith tiers, whose answers are plain integers)."""
+    from repro import catalog
+
+    entry = catalog.benchmarks().get(name)
+    return "boxed" if entry is None else entry.grading
 
 
 class _TimeoutFlag(logging.Handler):
@@ -53,19 +73,20 @@ class _TimeoutFlag(logging.Handler):
 
 
 def _worker_main(conn, inner_timeout_s: int) -> None:
-    """Worker loop: receive a batch [(index, prediction, ground_truth)], send one reply per item.
+    """Worker loop: receive a batch [(index, mode, prediction, ground_truth)], send one reply per item.
 
     Each reply is (index, score, outcome, judged) where `judged` counts the items this process has verified.
     Verification runs in this process's main thread, so math-verify's signal-based timeouts work here; its
     parse/verify timeouts are set to `inner_timeout_s`. math-verify swallows its own timeouts (a timed-out
     parse gives no answer, a timed-out comparison gives False), so they are read from its log and reported
-    as "timeout" when the score is 0.
+    as "timeout" when the score is 0. "qwen-math" items have no inner limit: only the parent's hard limit.
     """
     import functools
 
     import math_verify
 
     from repro import reward
+    from repro.evaluation import qwen_math
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns interruption and kills us on close
     flag = _TimeoutFlag()
@@ -76,6 +97,7 @@ def _worker_main(conn, inner_timeout_s: int) -> None:
     judge = functools.partial(reward._judge, timeout=inner_timeout_s, use_cache=False)
     slow_golds: set[str] = set()  # references whose own parse timed out: `_gold` caches the empty result
     judge("1", "1")  # warm up lazy imports so the first real item is not charged for them
+    qwen_math.math_equal("x+1", "1+x")  # sympy and latex2sympy too
     judged = 0
     conn.send(("ready", os.getpid()))
     while True:
@@ -85,16 +107,20 @@ def _worker_main(conn, inner_timeout_s: int) -> None:
             return
         if batch is None:
             return
-        for index, prediction, ground_truth in batch:
+        for index, mode, prediction, ground_truth in batch:
             flag.messages.clear()
             try:
-                score, outcome = judge(prediction, ground_truth)
+                if mode in MATH_VERIFY_MODES:
+                    score, outcome = judge(prediction, ground_truth)
+                else:
+                    score, outcome = qwen_math.judge(prediction, ground_truth)
             except (Exception, math_verify.errors.TimeoutException):  # _judge already catches; belt and braces
                 score, outcome = 0.0, "error"
-            if f"Timeout during parsing: \\boxed{{{ground_truth}}}" in flag.messages:
-                slow_golds.add(ground_truth)
-            if score == 0.0 and (flag.messages or ground_truth in slow_golds):
-                outcome = "timeout"
+            if mode in MATH_VERIFY_MODES:
+                if f"Timeout during parsing: \\boxed{{{ground_truth}}}" in flag.messages:
+                    slow_golds.add(ground_truth)
+                if score == 0.0 and (flag.messages or ground_truth in slow_golds):
+                    outcome = "timeout"
             judged += 1
             conn.send((index, float(score), outcome, judged))
 
@@ -150,12 +176,22 @@ class _Worker:
         self.proc, self.conn = None, None
 
 
-class Grader:
-    """Math-verify grading with a hard per-item time limit, memoised, with outcome counts.
+_Key = tuple[str, str, str]  # (mode, extracted answer, reference as the mode compares it)
 
-    `grade(response, ground_truth)` takes the last `\\boxed{...}` of the response (`repro.reward.last_boxed`;
-    none: "no_boxed", without touching a worker) and verifies it against the reference exactly as
-    `repro.reward.compute_score` does. Results are memoised on (boxed content, reference), timeouts included.
+
+def _key(mode: str, answer: str, ground_truth: str) -> _Key:
+    reference = str(ground_truth) if mode == "qwen-math" else str(ground_truth).strip()
+    return (mode, answer, reference)
+
+
+class Grader:
+    """Grading in one of `GRADING_MODES` with a hard per-item time limit, memoised, with outcome counts.
+
+    `grade(response, ground_truth, mode)` extracts the mode's answer (`repro.evaluation.extract.extract`;
+    none: "no_boxed", without touching a worker) and compares it with the reference in a worker. The default
+    mode, "reward", is exactly `repro.reward.compute_score`'s verdict. Results are memoised on (mode,
+    extracted answer, reference), timeouts included; the reference is stripped for the math-verify modes
+    and kept raw for "qwen-math", as the released code does.
     `grade_many` sends each worker one batch and gets one reply per item, so the time limit applies to each
     item: when an item runs over, only that item scores "timeout", the worker is replaced and the rest of the
     batch continues; finished items are never re-graded. `counts()` tallies outcomes over all calls, cache
@@ -187,33 +223,36 @@ class Grader:
         inner = max(1, int(timeout_s // 2)) if inner_timeout_s is None else int(inner_timeout_s)
         ctx = mp.get_context(mp_context)
         self._workers = [_Worker(ctx, inner, start_timeout_s) for _ in range(workers)]
-        self._memo: dict[tuple[str, str], Grade] = {}
+        self._memo: dict[_Key, Grade] = {}
         self._counts: collections.Counter[str] = collections.Counter()
         self.worker_calls = 0
         self._closed = False
 
     # -- public API ---------------------------------------------------------------------------------------
 
-    def grade(self, response: str, ground_truth: str) -> Grade:
-        return self.grade_many([(response, ground_truth)])[0]
+    def grade(self, response: str, ground_truth: str, mode: str = DEFAULT_MODE) -> Grade:
+        return self.grade_many([(response, ground_truth)], mode=mode)[0]
 
-    def grade_many(self, pairs: Iterable[tuple[str, str]]) -> list[Grade]:
-        keys: list[tuple[str, str] | None] = []
+    def grade_many(self, pairs: Iterable[tuple[str, str]], mode: str = DEFAULT_MODE) -> list[Grade]:
+        """Grades of (response, reference) pairs under `mode` (one of GRADING_MODES), in order."""
+        check_mode(mode)
+        keys: list[_Key | None] = []
         for response, ground_truth in pairs:
-            boxed = last_boxed(response)
-            keys.append(None if boxed is None else (boxed.strip(), str(ground_truth).strip()))
+            answer = extract(response, mode)
+            keys.append(None if answer is None else _key(mode, answer, ground_truth))
         return self._grade_keys(keys)
 
     def judge(self, prediction: str, ground_truth: str) -> Grade:
         """`grade` for an answer already taken out of its box: verifies `prediction` (a boxed content) as
-        is. `repro.reward.compute_score` uses it off the main thread, where it has no other time limit."""
-        return self._grade_keys([(prediction.strip(), str(ground_truth).strip())])[0]
+        is, with math-verify. `repro.reward.compute_score` uses it off the main thread, where it has no
+        other time limit."""
+        return self._grade_keys([_key("reward", prediction.strip(), ground_truth)])[0]
 
-    def _grade_keys(self, keys: list[tuple[str, str] | None]) -> list[Grade]:
-        """Grades for (boxed content, reference) keys, None meaning "no box"; memoised, counted."""
+    def _grade_keys(self, keys: list[_Key | None]) -> list[Grade]:
+        """Grades for (mode, answer, reference) keys, None meaning "no answer"; memoised, counted."""
         if self._closed:
             raise RuntimeError("Grader is closed")
-        todo: dict[tuple[str, str], None] = {}  # unseen keys, first-seen order, deduplicated
+        todo: dict[_Key, None] = {}  # unseen keys, first-seen order, deduplicated
         for key in keys:
             if key is not None and key not in self._memo:
                 todo[key] = None
@@ -252,8 +291,8 @@ class Grader:
 
     # -- internals ----------------------------------------------------------------------------------------
 
-    def _run(self, jobs: list[tuple[str, str]]) -> list[Grade]:
-        """Verify unique (prediction, reference) jobs across the workers with a per-item hard limit."""
+    def _run(self, jobs: list[_Key]) -> list[Grade]:
+        """Verify unique (mode, prediction, reference) jobs across the workers with a per-item hard limit."""
         results: list[Grade | None] = [None] * len(jobs)
         n = min(len(self._workers), len(jobs))
         size = -(-len(jobs) // n)

@@ -1,7 +1,7 @@
 """`repro eval`: sample k responses per problem, grade them, write one record per response, summarise.
 
 Records (`<eval dir>/<benchmark>.jsonl`: problem id, sample index, response, extracted answer, score,
-grading outcome) are appended problem by problem, so scores can be recomputed without regenerating, and
+grading outcome, grading mode) are appended problem by problem, so scores can be recomputed without regenerating, and
 an interrupted evaluation resumes where it stopped: problems that already have all k records are
 skipped, a torn last line is ignored and regenerated.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from repro.atomic import append_lines, drop_torn_tail, write_text
 from repro.errors import ReproError
 from repro.evaluation import benchmarks as bench
-from repro.reward import last_boxed
+from repro.evaluation.extract import check_mode, extract
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,13 @@ def evaluate_benchmark(
     seed: int,
     chunk: int = 16,
     on_problems: Callable[[int], None] | None = None,
+    grading: str = "boxed",
 ) -> list[dict]:
+    """Sample, grade under mode `grading` (repro.evaluation.grading.GRADING_MODES) and append records.
+
+    Kept records graded under another mode (or before modes were recorded) are re-graded from their saved
+    responses, without regenerating, and the file is rewritten: a benchmark's records share one mode."""
+    check_mode(grading)
     records, _ = read_records(out_file)
     by_problem: dict[str, set[int]] = {}
     for r in records:
@@ -98,6 +104,8 @@ def evaluate_benchmark(
     done = {pid for pid, samples in by_problem.items() if samples >= set(range(k))}
     records = [r for r in records if str(r["problem_id"]) in done]  # partial problems are redone whole
     todo = [p for p in problems if p.problem_id not in done]
+    if any(r.get("grading") != grading for r in records):
+        records = _regrade(records, {p.problem_id: p.answer for p in problems}, grader, grading, out_file)
     if on_problems and len(problems) - len(todo):
         on_problems(len(problems) - len(todo))
     out_file.parent.mkdir(parents=True, exist_ok=True)
@@ -107,7 +115,7 @@ def evaluate_benchmark(
             batch = todo[start : start + chunk]
             texts = generator.generate([p.problem for p in batch], k, seed=seed * 1_000_003 + start)
             pairs = [(t, p.answer) for p, group in zip(batch, texts, strict=True) for t in group]
-            grades = grader.grade_many(pairs)
+            grades = grader.grade_many(pairs, mode=grading)
             lines = []
             for i, (problem, group) in enumerate(zip(batch, texts, strict=True)):
                 for j, text in enumerate(group):
@@ -117,9 +125,10 @@ def evaluate_benchmark(
                         "problem_id": problem.problem_id,
                         "sample_index": j,
                         "response": text,
-                        "extracted": last_boxed(text),
+                        "extracted": extract(text, grading),
                         "score": g.score,
                         "outcome": g.outcome,
+                        "grading": grading,
                     }
                     records.append(record)
                     lines.append(json.dumps(record))
@@ -127,6 +136,20 @@ def evaluate_benchmark(
             if on_problems:
                 on_problems(len(batch))
     return records
+
+
+def _regrade(records: list[dict], answers: dict[str, str], grader, grading: str, out_file: Path) -> list[dict]:
+    """`records` graded again under `grading` from their responses, the file rewritten atomically; records of
+    problems no longer in the benchmark are dropped (they have no reference to grade against)."""
+    records = [r for r in records if str(r["problem_id"]) in answers]
+    pairs = [(str(r.get("response", "")), answers[str(r["problem_id"])]) for r in records]
+    grades = grader.grade_many(pairs, mode=grading)
+    regraded = [
+        {**r, "extracted": extract(text, grading), "score": g.score, "outcome": g.outcome, "grading": grading}
+        for r, (text, _), g in zip(records, pairs, grades, strict=True)
+    ]
+    write_text(out_file, "".join(json.dumps(r) + "\n" for r in regraded))
+    return regraded
 
 
 def summarise(
@@ -143,9 +166,20 @@ def summarise(
     summary = summarize(flat, ks=[x for x in pass_ks if x <= k], sizes=sizes)
     summary["k"] = k
     summary["grading"] = dict(grading_counts)
+    modes = {name: _mode_of(records) for name, records in records_by_benchmark.items()}
+    summary["grading_modes"] = modes  # which released grading each benchmark's scores follow
+    for name, mode in modes.items():
+        if name in summary["benchmarks"]:
+            summary["benchmarks"][name]["grading"] = mode
     summary["weights"] = sizes
     return summary
 
 
 def write_summary(out_dir: Path, summary: dict) -> Path:
     return write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+
+
+def _mode_of(records: list[dict]) -> str | None:
+    """The grading mode of a benchmark's records ("mixed" if they disagree, None if there are none)."""
+    modes = {r.get("grading", "unrecorded") for r in records}
+    return None if not modes else modes.pop() if len(modes) == 1 else "mixed"
