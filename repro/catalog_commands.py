@@ -55,6 +55,12 @@ def methods(
         help="A method key, e.g. seq-balance or grpo-n4. Omit it to list every method.",
         show_default=False,
     ),
+    preset: str = typer.Option(
+        "paper",
+        "--preset",
+        help="paper (default), or released: also every value `repro run --preset released` gives verl for this "
+        "method, each with the released script and flag it comes from.",
+    ),
 ) -> None:
     """List the methods of the grid, or show every sampler setting of one with its source.
 
@@ -64,8 +70,15 @@ def methods(
 
       repro methods seq-balance        # every sampler setting with its source
 
+      repro methods seq-balance --preset released   # and the released script's values, flag by flag
+
       repro methods seq-balance-stream # ours: no round barriers
     """
+    from repro.errors import ReproError
+    from repro.verl_plugin.config_builder import PRESETS
+
+    if preset not in PRESETS:
+        raise ReproError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
     console = stdout_console()
     if name is None:
         console.print(_methods_table())
@@ -82,6 +95,12 @@ def methods(
     console.print(_settings_table(f"{method.key}: sampler settings", method.sampler))
     console.print(Text("Other SamplerSpec fields keep their defaults; this method does not read them.", style="dim"))
     console.print(Text(shared_hyperparameters_line()))
+    if preset == "released":
+        for part in _released_tables(method.kind):
+            console.print(part)
+    else:
+        hint = f"The released scripts' values with their sources: repro methods {method.key} --preset released"
+        console.print(Text(hint, style="dim"))
 
 
 def shared_hyperparameters_line() -> str:
@@ -153,6 +172,44 @@ def _knobs(spec: SamplerSpec) -> str:
         schedule = "streaming" if spec.streaming else "rounds"
         return f"exit {spec.exit_rule}, M={spec.round_size} x N={spec.max_rounds}, {schedule}"
     return f"N in [{spec.n_min}, {spec.n_max}] ∝ 1/sqrt(p), w_max={spec.w_max}"
+
+
+def _released_tables(kind: str) -> list[Table | Text]:
+    """What `--preset released` passes to verl for a method kind, and what of the script it does not pass:
+    both straight from released_preset.yaml, so this page and the dry run cannot disagree."""
+    script = catalog.released_script(kind)
+    if script is None:
+        return [
+            Text(
+                f"No released script trained {kind} methods: --preset released keeps the paper values, with the "
+                "released values of hyperparameters.yaml (entropy_coeff, total_training_steps) and of the "
+                "sampler settings above."
+            )
+        ]
+    parts: list[Table | Text] = [Text(f"Released preset: {script.script} of {script.repository}", style="bold")]
+    parts.append(Text(f"Trainer: {script.trainer}", style="dim"))
+    sections = (
+        ("every GPU backbone", script.overrides),
+        (f"{script.backbone} only (sized for its node; other backbones keep gpu_resources.yaml)", script.resources),
+    )
+    for scope, settings in sections:
+        table = Table(title=f"{kind}: released values passed to verl 0.9.1, {scope}", show_lines=True)
+        table.add_column("verl key", overflow="fold", style="bold")
+        table.add_column("value", overflow="fold")
+        table.add_column("source", overflow="fold")
+        for key, setting in settings.items():
+            source = setting.source + (f"\nnote: {setting.note}" if setting.note else "")
+            value = "(removed)" if setting.value is None else _fmt(setting.value)
+            table.add_row(Text(key), Text(value), Text(source))
+        parts.append(table)
+    table = Table(title=f"{kind}: released values verl 0.9.1 does not get, and why", show_lines=True)
+    table.add_column("script setting", overflow="fold", style="bold")
+    table.add_column("value", overflow="fold")
+    table.add_column("source and reason", overflow="fold")
+    for key, setting in script.not_passed.items():
+        table.add_row(Text(key), Text(_fmt(setting.value)), Text(f"{setting.source}\nwhy: {setting.note}"))
+    parts.append(table)
+    return parts
 
 
 def _settings_table(title: str, settings: Mapping[str, Setting]) -> Table:

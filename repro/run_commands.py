@@ -222,6 +222,10 @@ def _run_verl(
 
         stdout_console().print(f"# run folder: {path}\n# command (attempt-NNN is numbered at launch):")
         typer.echo(shell_command(spec.overrides))
+        if preset == "released":  # each released value beside the script flag it comes from
+            from repro.verl_plugin.config_builder import released_report
+
+            typer.echo("\n".join(f"# {line}" for line in released_report(model, method, spec.overrides)))
         from repro.verl_plugin.preflight import preflight
 
         report = preflight(cfg, model=model, method=method, prompt_set=prompt_set, hub_sources=spec.hub_sources)

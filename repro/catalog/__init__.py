@@ -28,6 +28,7 @@ __all__ = [
     "Method",
     "PromptSet",
     "PromptTemplate",
+    "ReleasedScript",
     "Setting",
     "backbones",
     "benchmark_weighting",
@@ -41,6 +42,8 @@ __all__ = [
     "prompt_sets",
     "prompt_template",
     "prompt_templates",
+    "released_script",
+    "released_scripts",
 ]
 
 
@@ -609,3 +612,97 @@ def _coerce(name: str, value: Any) -> Any:
     if isinstance(_SPEC_FIELDS[name].default, float) and isinstance(value, int):
         return float(value)
     return value
+
+
+# ------------------------------------------------------------------------------------ released preset
+
+
+@dataclass(frozen=True)
+class ReleasedScript:
+    """One released training script as the `released` preset applies it to the method kinds it trained.
+
+    `overrides` hold for every GPU backbone; `resources` were sized for the script's own model and node, so
+    they replace gpu_resources.yaml on that backbone only (a null value removes the key: the script left the
+    model's default). `not_passed` lists what the script sets but verl 0.9.1 does not get, each with why, so
+    no released value is dropped silently.
+    """
+
+    key: str
+    script: str
+    repository: str
+    trainer: str
+    kinds: tuple[str, ...]
+    backbone: str
+    overrides: Settings
+    resources: Settings
+    not_passed: Settings
+
+    def applied(self, backbone: str) -> dict[str, Setting]:
+        """The verl overrides this script gives a cell of `backbone`, each with its source."""
+        return {**self.overrides, **(self.resources if backbone == self.backbone else {})}
+
+
+_RELEASED_FIELDS = ("script", "repository", "trainer", "kinds", "backbone", "overrides", "resources", "not_passed")
+_KINDS = ("uniform", "dapo", "seq", "est")
+
+
+def released_scripts() -> dict[str, ReleasedScript]:
+    """Every released script of the `released` preset, by key (released_preset.yaml)."""
+    return dict(_released_scripts())
+
+
+def released_script(kind: str) -> ReleasedScript | None:
+    """The released script that trained method kind `kind`; None when none was released (dapo)."""
+    return next((s for s in _released_scripts().values() if kind in s.kinds), None)
+
+
+@functools.cache
+def _released_scripts() -> Mapping[str, ReleasedScript]:
+    filename = "released_preset.yaml"
+    return MappingProxyType(_parse_released_scripts(_read(filename), filename, set(_backbones())))
+
+
+def _parse_released_scripts(
+    data: Mapping[str, Any], filename: str, backbone_keys: set[str]
+) -> dict[str, ReleasedScript]:
+    out: dict[str, ReleasedScript] = {}
+    owner: dict[str, str] = {}
+    for key, raw in data.items():
+        where = f"{filename}: {key}"
+        entry = _mapping(raw, where)
+        _only(entry, where, _RELEASED_FIELDS)
+        missing = [name for name in _RELEASED_FIELDS if name not in entry]
+        if missing:
+            raise CatalogError(f"{where}: missing fields {missing}")
+        kinds = entry["kinds"]
+        if not isinstance(kinds, list) or not kinds or any(k not in _KINDS for k in kinds):
+            raise CatalogError(f"{where}.kinds: must be a non-empty list of {', '.join(_KINDS)}, got {kinds!r}")
+        for kind in kinds:
+            if kind in owner:
+                raise CatalogError(f"{where}.kinds: {kind} is already taken by {owner[kind]}")
+            owner[kind] = key
+        if entry["backbone"] not in backbone_keys:
+            raise CatalogError(f"{where}.backbone: {unknown_name('backbone', str(entry['backbone']), backbone_keys)}")
+        sections = {
+            name: _settings(_mapping(entry[name], f"{where}.{name}"), f"{where}.{name}")
+            for name in ("overrides", "resources", "not_passed")
+        }
+        shared = sorted({k.lstrip("+") for k in sections["overrides"]} & {k.lstrip("+") for k in sections["resources"]})
+        if shared:
+            raise CatalogError(f"{where}: {shared} are in both overrides and resources")
+        for name, setting in sections["not_passed"].items():
+            if not setting.note:
+                raise CatalogError(f"{where}.not_passed.{name}: needs a note saying why verl does not get it")
+        for name, setting in sections["overrides"].items():
+            if setting.value is None:
+                raise CatalogError(f"{where}.overrides.{name}: null is only for resources (it removes a key)")
+        out[key] = ReleasedScript(
+            key=key,
+            script=_text(entry["script"], f"{where}.script"),
+            repository=_text(entry["repository"], f"{where}.repository"),
+            trainer=_text(entry["trainer"], f"{where}.trainer"),
+            kinds=tuple(kinds),
+            backbone=entry["backbone"],
+            **sections,
+        )
+    return out

@@ -1,7 +1,8 @@
 """One grid cell -> the complete verl 0.9.1 Hydra override list, and the command that runs it.
 
 Everything comes from the catalog (paper hyperparameters, the method's sampler knobs, per-backbone GPU
-resources), so a cell's config is reproducible from its name and preset. The overrides compose against
+resources, and under the `released` preset the released script of the method's kind, released_preset.yaml),
+so a cell's config is reproducible from its name and preset. The overrides compose against
 verl's installed `ppo_trainer` config, where an unknown key is an error, and pass verl's own
 `validate_config`; `compose_and_validate` runs both on a CPU.
 """
@@ -144,6 +145,62 @@ def training_epochs(train_files: str | list[str], batch: int, total_steps: int |
     return None if total_steps is None else math.ceil(int(total_steps) / steps_per_epoch)
 
 
+# SamplerSpec fields a kind never reads, left out of `+algorithm.reinforce_ada` so a resolved config shows no
+# knob that does nothing: norm_adv_by_std is the uniform/dapo group-std switch (repro.sampling.step reads it
+# for those kinds only); Seq/Est's estimator divides by a std only under global_std_norm (the ablation).
+_UNREAD_SPEC_KEYS: dict[str, tuple[str, ...]] = {"seq": ("norm_adv_by_std",), "est": ("norm_adv_by_std",)}
+
+
+def released_overrides(backbone: str, method: str) -> dict[str, catalog.Setting]:
+    """The verl overrides `--preset released` takes from the released script of `method`'s kind, each a
+    catalog Setting with its source (released_preset.yaml); empty for a CPU backbone or a kind without a
+    released script (dapo), which keep the paper preset plus the hyperparameters' `released` values."""
+    if catalog.get_backbone(backbone).device == "cpu":
+        return {}
+    script = catalog.released_script(catalog.get_method(method).kind)
+    return {} if script is None else script.applied(backbone)
+
+
+def released_report(backbone: str, method: str, overrides: list[str]) -> list[str]:
+    """The dry run's account of the released preset: every value it passed with its source (marked where a
+    --set replaced it), then every released value verl 0.9.1 does not get, with the reason."""
+    if catalog.get_backbone(backbone).device == "cpu":
+        return ["released preset: not applied to a CPU backbone (its rehearsal keeps the CPU scaling)"]
+    kind = catalog.get_method(method).kind
+    script = catalog.released_script(kind)
+    if script is None:
+        return [
+            f"released preset: no released script trained {kind} methods; the paper preset applies, with the "
+            "hyperparameters' released values (entropy_coeff, total_training_steps)"
+        ]
+    given = set(overrides)
+    lines = [f"released preset: {script.script} of {script.repository}; each value <- its source"]
+    for key, setting in script.applied(backbone).items():
+        if setting.value is None:
+            shown = f"{key} removed"
+            passed = not any(o.split("=", 1)[0].lstrip("+") == key.lstrip("+") for o in overrides)
+        else:
+            shown = f"{key}={_fmt(setting.value)}"
+            passed = shown in given
+        lines.append(f"  {shown}  <- {setting.source}{'' if passed else '  [replaced by --set]'}")
+    lines.append(f"released values verl 0.9.1 does not get ({script.script}):")
+    for key, setting in script.not_passed.items():
+        lines.append(f"  {key}={_fmt(setting.value)}: {setting.note}")
+    return lines
+
+
+def _put(o: dict[str, Any], key: str, value: Any, keep_null: bool = False) -> None:
+    """Set `key`, replacing the entry for the same verl key whether or not either spells Hydra's `+` prefix
+    (the existing spelling is kept: verl's struct config needs `+` exactly for keys it lacks). A released
+    null removes the entry (the script left the default); a user's null is passed on to verl."""
+    plain = key.lstrip("+")
+    matches = [k for k in o if k.lstrip("+") == plain]
+    for k in matches:
+        del o[k]
+    if value is not None or keep_null:
+        o[matches[0] if matches else key] = value
+
+
 def build_overrides(cell: VerlCell) -> list[str]:
     if cell.preset not in PRESETS:
         raise ReproError(f"unknown preset {cell.preset!r}; valid presets: {', '.join(PRESETS)}")
@@ -234,19 +291,20 @@ def build_overrides(cell: VerlCell) -> list[str]:
         o["algorithm.adv_estimator"] = ADV_ESTIMATOR
         o["+actor_rollout_ref.rollout.agent.agent_loop_manager_class"] = MANAGER_CLASS
         for key, value in spec.to_dict().items():
-            o[f"+algorithm.reinforce_ada.{key}"] = value
+            if key not in _UNREAD_SPEC_KEYS.get(spec.kind, ()):
+                o[f"+algorithm.reinforce_ada.{key}"] = value
+    if cell.preset == "released" and not cpu:  # the released script's values replace the paper's, key by key
+        for key, setting in released_overrides(cell.backbone, cell.method).items():
+            _put(o, key, setting.value)
     if cpu:  # after the shared part, before the user's own overrides
         o["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES"] = f"{PLUGIN_MODULE},{CPU_MODULE}"
         for key, setting in cpu_overrides.items():
             o[key] = setting.value
     for key, value in cell.overrides.items():
-        plain = key.lstrip("+")
-        matches = [k for k in o if k.lstrip("+") == plain]
-        for k in matches:
-            del o[k]
-        o[matches[0] if matches else key] = value
+        _put(o, key, value, keep_null=True)
+    # also checks that the set holds one batch when the released preset's fixed 1000 epochs are used
     epochs = training_epochs(o["data.train_files"], o["data.train_batch_size"], o["trainer.total_training_steps"])
-    if o.get("trainer.total_epochs") is None:  # not the user's own value
+    if o.get("trainer.total_epochs") is None:  # neither the user's nor the released script's value
         o["trainer.total_epochs"] = epochs
         if epochs is None:  # total_training_steps=null: verl trains by its own epoch count
             del o["trainer.total_epochs"]
