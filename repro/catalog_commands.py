@@ -16,6 +16,7 @@ from rich.text import Text
 from repro import catalog
 from repro.catalog import Setting
 from repro.console import stdout_console
+from repro.errors import ReproError, unknown_name
 from repro.sampling.spec import SamplerSpec
 
 
@@ -23,25 +24,41 @@ def models(
     name: str | None = typer.Argument(
         None,
         metavar="NAME",
-        help="A backbone key, e.g. qwen2.5-math-7b or tiny-arith. Omit it to list every backbone.",
+        help="A backbone key (e.g. qwen2.5-math-7b, tiny-arith) or a released checkpoint (key or Hub id). "
+        "Omit it to list them all.",
         show_default=False,
     ),
 ) -> None:
-    """List the backbones of the grid, or show every fact about one with its source.
+    """List the backbones of the grid and the released checkpoints, or show every fact about one with its source.
 
     Examples:
 
-      repro models                     # all backbones, one line each
+      repro models                     # all backbones and released checkpoints, one line each
 
       repro models qwen2.5-math-1.5b   # every fact with its source
 
+      repro models qwen2.5-math-1.5b-balance-easy   # a released checkpoint and its Table 1 row
+
       repro models tiny-arith          # the CPU miniature
     """
-    console = stdout_console()
+    console = stdout_console(min_width=140)  # piped output: Hub ids of released checkpoints are long
     if name is None:
         console.print(_backbones_table())
-        console.print("Show one with its sources: repro models NAME", style="dim")
+        console.print(_checkpoints_table())
+        console.print("Show one with its sources: repro models NAME; evaluate one: repro eval NAME", style="dim")
         return
+    released = {c.key: c for c in catalog.checkpoints().values()} | {c.hf_id: c for c in catalog.checkpoints().values()}
+    if name in released:
+        checkpoint = released[name]
+        console.print(Text(f"{checkpoint.key} (released checkpoint)", style="bold"))
+        console.print(Text(checkpoint.description))
+        console.print(_settings_table(f"{checkpoint.key}: settings", checkpoint.settings))
+        hint = f"Evaluate it: repro eval {checkpoint.key} (--model-path DIR for a local copy)"
+        console.print(Text(hint, style="dim"))
+        return
+    if name not in catalog.backbones():
+        unknown = unknown_name("backbone", name, catalog.backbones())
+        raise ReproError(f"{unknown}; released checkpoints: {', '.join(catalog.checkpoints())}")
     backbone = catalog.get_backbone(name)
     console.print(Text(backbone.key, style="bold"))
     console.print(Text(backbone.description))
@@ -142,6 +159,21 @@ def _backbones_table() -> Table:
     return table
 
 
+def _checkpoints_table() -> Table:
+    table = Table(title="Released checkpoints")
+    table.add_column("key", no_wrap=True, style="bold")
+    table.add_column("Hub id", overflow="fold")
+    table.add_column("Table 1 row", overflow="fold")
+    for checkpoint in catalog.checkpoints().values():
+        row = checkpoint.table1_row
+        table.add_row(
+            Text(checkpoint.key),
+            Text(checkpoint.hf_id),
+            Text(f"{row['backbone']}/{row['prompt_set']}/{row['method']}"),
+        )
+    return table
+
+
 def _methods_table() -> Table:
     table = Table(title="Methods")
     table.add_column("key", no_wrap=True, style="bold")
@@ -235,4 +267,6 @@ def _fmt(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, list | tuple):
         return ", ".join(_fmt(item) for item in value) if value else "(none)"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{key}: {_fmt(item)}" for key, item in value.items()) if value else "(none)"
     return str(value)

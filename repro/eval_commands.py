@@ -22,8 +22,37 @@ def _benchmark_files(items: list[str]) -> dict[str, Path]:
     return out
 
 
+def _write_marker(tgt, seed: int) -> None:
+    """The model run folder's marker (what `repro collect` reads); refuses to mix two models' records."""
+    import json
+
+    from repro.atomic import write_text
+    from repro.evaluation.runner import MODEL_EVAL_MARKER
+
+    path = tgt.out_dir.parent / MODEL_EVAL_MARKER
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except ValueError:
+            old = {}
+        if (old.get("key"), old.get("weights")) != (tgt.marker["key"], tgt.marker["weights"]):
+            raise ReproError(
+                f"{path.parent} holds the evaluation of {old.get('key')!r} from {old.get('weights')!r}, not of "
+                f"{tgt.marker['weights']!r}; move that folder aside or pass another --runs-root"
+            )
+    write_text(path, json.dumps({**tgt.marker, "eval_seed": seed}, indent=2) + "\n")
+
+
 def eval_cmd(
-    target: Annotated[Path, typer.Argument(help="A run folder (its final checkpoint) or a model folder.")],
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="A run folder (its final checkpoint), a model folder, a released checkpoint (catalog key or "
+            "Hub id) or a base model (backbone key or Hub id); `repro models` lists the names.",
+            metavar="TARGET",
+            show_default=False,
+        ),
+    ],
     benchmarks: Annotated[
         str, typer.Option("--benchmarks", help="Comma-separated names, or 'all' (the paper's four; tiny tiers).")
     ] = "all",
@@ -41,19 +70,44 @@ def eval_cmd(
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed.")] = 0,
     timeout: Annotated[float, typer.Option("--grading-timeout", help="Seconds per verification (hard).")] = 5.0,
-    out: Annotated[Path | None, typer.Option("--out", help="Where records go (default: RUN/eval/...).")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Where records go (default: RUN/eval/..., MODEL/eval, or RUNS_ROOT/NAME/eval for a catalog "
+            "name; with --out a catalog name's results are not a model run folder that `repro collect` reads).",
+        ),
+    ] = None,
+    model_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--model-path",
+            help="For a catalog name: use the model in this local folder instead of downloading the Hub id "
+            "(label, backbone, prompt template and Table 1 row still come from the catalog).",
+        ),
+    ] = None,
+    runs_root: Annotated[
+        Path,
+        typer.Option("--runs-root", help="For a catalog name: results go to RUNS_ROOT/NAME/, beside the runs."),
+    ] = Path("runs"),
 ) -> None:
     """Evaluate with k samples per problem (temperature 1.0, top-p 1.0) and the project's math-verify grading.
 
     Writes one record per response (`<eval dir>/<benchmark>.jsonl`: problem id, sample index, response,
-    extracted answer, score) and `summary.json`; an interrupted evaluation resumes without regenerating
-    finished problems.
+    extracted answer, score) and `summary.json` (with the benchmark sources used); an interrupted
+    evaluation resumes without regenerating finished problems. A released checkpoint or a base model
+    named from the catalog is evaluated into a model run folder RUNS_ROOT/NAME/ (model_eval.json +
+    eval/), which `repro collect` and `repro table weighted-average` show as its own row.
 
     Examples:
 
       repro eval runs/tiny-arith__seq-balance__standard__s0
 
       repro eval runs/tiny-arith__grpo-n4__standard__s0 --all-checkpoints --k 8
+
+      repro eval qwen2.5-math-1.5b-balance-easy             # the released checkpoint, from the Hub
+
+      repro eval qwen2.5-math-7b --model-path /models/Qwen2.5-Math-7B   # the base model, a local copy
 
       repro eval /models/Qwen2.5-Math-1.5B --benchmarks math500 --benchmark-file math500=math500.jsonl
     """
@@ -62,16 +116,25 @@ def eval_cmd(
     from repro.evaluation.generation import DEFAULT_TEMPLATE, make_generator
     from repro.evaluation.grading import Grader
     from repro.evaluation.runner import evaluate_benchmark, summarise, targets, write_summary
+    from repro.prompting import template_for
 
     try:
         ks = sorted({int(x) for x in pass_k.split(",") if x.strip()})
     except ValueError as exc:
         raise ReproError(f"--pass-k takes comma-separated integers, got {pass_k!r}") from exc
     files = _benchmark_files(benchmark_file or [])
-    found = targets(target, all_checkpoints, out)
+    found = targets(target, all_checkpoints, out, runs_root=runs_root, model_path=model_path)
     names = bench.resolve(benchmarks, found[0].tiny)
-    problems = {name: bench.load(name, files.get(name)) for name in names}
     err = stderr_console()
+    loaded = {name: bench.load_benchmark(name, files.get(name)) for name in names}
+    for name, item in loaded.items():
+        if item.failed:
+            err.print(
+                f"[yellow]{name}[/yellow]: {'; '.join(item.failed)} did not load; using {' + '.join(item.datasets)}",
+                highlight=False,
+                soft_wrap=True,
+            )
+    problems = {name: item.problems for name, item in loaded.items()}
     for tgt in found:
         chosen = backend
         if chosen == "auto":
@@ -79,7 +142,12 @@ def eval_cmd(
 
             chosen = "vllm" if (torch.cuda.is_available() and not tgt.tiny) else "transformers"
         tokens = max_new_tokens or (16 if tgt.tiny else 4096)
-        template = catalog.prompt_template("tiny" if tgt.tiny else DEFAULT_TEMPLATE)
+        if tgt.backbone is not None:
+            template = template_for(tgt.backbone)
+        else:
+            template = catalog.prompt_template("tiny" if tgt.tiny else DEFAULT_TEMPLATE)
+        if tgt.marker is not None:  # before loading: a clash with another model's records fails fast
+            _write_marker(tgt, seed)
         generator = make_generator(chosen, tgt.model_path, tokens, template)
         total = sum(len(p) for p in problems.values()) * k
         by_bench: dict[str, list[dict]] = {}
@@ -100,6 +168,10 @@ def eval_cmd(
                 )
             summary = summarise(by_bench, k, ks, tgt.tiny, dict(grader.counts()))
         summary["model"] = str(tgt.model_path)
+        summary["sources"] = {name: item.summary() for name, item in loaded.items()}
+        summary["generation"] = {"backend": chosen, "max_new_tokens": tokens, "prompt_template": template.key}
+        if getattr(generator, "max_model_len", None) is not None:
+            summary["generation"]["max_model_len"] = generator.max_model_len
         path = write_summary(tgt.out_dir, summary)
         _print(summary, tgt.label, ks, k, path)
 

@@ -140,7 +140,10 @@ def weighted_average(
     One row per backbone x prompt set x method over the paper's rows and the measured runs (seeds
     averaged; n_seeds says how many). "delta paper" is measured - paper (only when all four paper
     benchmarks were measured), "delta grpo-n4" is measured - the same backbone and prompt set's measured
-    GRPO-n4. Missing cells are "—", never 0.
+    GRPO-n4. Missing cells are "—", never 0. A released checkpoint evaluated by name (`repro eval
+    qwen2.5-math-1.5b-balance-easy`) is its own row, "seq-balance (released checkpoint)", right after the
+    paper's row of the same backbone and prompt set and with that Table 1 row's paper numbers; a base
+    model (`repro eval qwen2.5-math-1.5b`) is "base model" (prompt set "none"), first in its backbone.
 
     Examples:
 

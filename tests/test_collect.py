@@ -238,6 +238,88 @@ def test_unreadable_folders_are_skipped_with_a_reason(runs, tmp_path):
     assert f"skipped {bad_status.name}: status.json is corrupt" in result.output
 
 
+def _model_folder(root: Path, key: str, marker: dict | str, summary: dict | None = None) -> Path:
+    folder = root / key
+    (folder / "eval").mkdir(parents=True)
+    (folder / "model_eval.json").write_text(marker if isinstance(marker, str) else json.dumps(marker))
+    if summary is not None:
+        (folder / "eval" / "summary.json").write_text(json.dumps(summary))
+    return folder
+
+
+def test_model_run_folders_are_collected_beside_runs(runs, tmp_path):
+    released = {
+        "kind": "released-checkpoint",
+        "key": "qwen2.5-math-7b-balance-hard",
+        "backbone": "qwen2.5-math-7b",
+        "method": "seq-balance",
+        "prompt_set": "hard",
+        "eval_seed": 3,
+    }
+    summary = {
+        "k": 32,
+        "benchmarks": {
+            "math500": {"problems": 500, "ave_at_k": 0.83, "pass_at_k": {"1": 0.83, "32": 0.95}},
+            "aime_like": {"problems": 230, "ave_at_k": 0.25, "pass_at_k": {"1": 0.25, "32": 0.6}},
+        },
+        "weighted_average": 0.6473,
+        "weighted_pass_at_k": {"1": 0.6473, "32": 0.84},
+        "weights": {"math500": 500, "aime_like": 230},
+    }
+    _model_folder(runs, "qwen2.5-math-7b-balance-hard", released, summary)
+    base = {"kind": "base-model", "key": "qwen2.5-math-7b", "backbone": "qwen2.5-math-7b", "method": None}
+    _model_folder(runs, "qwen2.5-math-7b", base)  # evaluation still running: no summary yet
+    _model_folder(runs, "broken", "{not json")
+
+    report = collect(runs, tmp_path / "results")
+    states = {r.run: r.state for r in report.runs}
+    assert states == {
+        **dict.fromkeys(RUNS, "finished"),
+        "qwen2.5-math-7b-balance-hard": "released-checkpoint",
+        "qwen2.5-math-7b": "base-model",
+    }
+    assert dict(report.skipped) == {"broken": "model_eval.json is unreadable (JSONDecodeError)"}
+    assert any("qwen2.5-math-7b/eval/summary.json does not exist" in w for w in report.warnings)
+
+    ev = report.tables["eval"]
+    assert list(ev.columns) == [
+        *RUN_KEYS,
+        "checkpoint_step",
+        "benchmark",
+        "problems",
+        "k",
+        "ave_at_k",
+        "pass@1",
+        "pass@2",
+        "pass@4",
+        "pass@32",
+        "origin",
+        "model",
+    ]
+    assert set(ev.loc[ev["run"].isin(RUNS), "origin"]) == {"run"} and ev.loc[ev["run"].isin(RUNS), "model"].isna().all()
+    mine = ev[ev["origin"] == "released-checkpoint"]
+    assert mine["benchmark"].tolist() == ["math500", "aime_like", WEIGHTED_AVERAGE]
+    assert mine["ave_at_k"].tolist() == [0.83, 0.25, 0.6473]
+    assert mine["pass@32"].tolist() == [0.95, 0.6, 0.84] and mine["pass@2"].isna().all()
+    assert mine["problems"].tolist() == [500, 230, 730]
+    first = mine.iloc[0]
+    assert (first["backbone"], first["method"], first["prompt_set"], first["seed"], first["checkpoint_step"]) == (
+        "qwen2.5-math-7b",
+        "seq-balance (released checkpoint)",
+        "hard",
+        3,
+        0,
+    )
+    assert set(mine["model"]) == {"qwen2.5-math-7b-balance-hard"}
+    runs_table = report.tables["runs"].set_index("run")
+    assert runs_table.loc["qwen2.5-math-7b", ["method", "prompt_set", "steps_logged"]].tolist() == [
+        "base model",
+        "none",
+        0,
+    ]
+    assert len(report.tables["training"]) == 12  # training rows are the runs' alone
+
+
 def test_empty_or_missing_runs_root_is_one_line_error(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

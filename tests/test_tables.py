@@ -172,6 +172,73 @@ def test_tiny_runs_get_their_own_columns_and_no_paper_comparison() -> None:
     assert table.iloc[-1]["backbone"] == "tiny-arith"  # catalog order: paper backbones first
 
 
+def _model_rows(key: str, backbone: str, prompt_set: str, label: str, origin: str, weighted: float, values) -> list:
+    rows = _eval_rows(backbone, label, 0, 0, values, weighted, prompt_set=prompt_set)
+    return [{**row, "run": key, "origin": origin, "model": key} for row in rows]
+
+
+def test_released_checkpoints_and_base_models_are_rows_of_their_own(eval_df) -> None:
+    released = {"math500": 0.80, "minerva_math": 0.37, "olympiadbench": 0.42, "aime_like": 0.19}
+    rows = eval_df.assign(origin="run", model=None).to_dict("records")
+    rows += _model_rows(
+        "qwen2.5-math-1.5b-balance-easy",
+        Q15,
+        "standard",
+        "seq-balance (released checkpoint)",
+        "released-checkpoint",
+        0.50,
+        released,
+    )
+    rows += _model_rows(
+        "qwen2.5-math-1.5b-balance-hard",
+        Q15,
+        "hard",
+        "seq-balance (released checkpoint)",
+        "released-checkpoint",
+        0.46,
+        _all(0.46),
+    )
+    rows += _model_rows(Q15, Q15, "none", "base model", "base-model", 0.30, _all(0.30))
+    table = tables.weighted_average_table(pd.DataFrame(rows))
+
+    q15 = table[table["backbone"] == Q15]
+    assert list(zip(q15["prompt_set"], q15["method"], strict=True))[:1] == [("none", "base model")]
+    methods = q15[q15["prompt_set"] == "standard"]["method"].tolist()
+    assert methods[methods.index("seq-balance") + 1] == "seq-balance (released checkpoint)"
+    hard = q15[q15["prompt_set"] == "hard"]["method"].tolist()
+    assert hard == ["grpo-n4", "seq-pos", "seq-balance", "seq-balance (released checkpoint)"]
+
+    easy = _row(table, Q15, "standard", "seq-balance (released checkpoint)")
+    assert easy["n_seeds"] == 1 and easy["math500 measured"] == 80.0 and easy["aime_like measured"] == 19.0
+    assert (easy["math500 paper"], easy["minerva_math paper"], easy["aime_like paper"]) == (77.4, 36.5, 17.5)
+    assert easy["weighted measured"] == 50.0 and easy["weighted paper"] == 47.6
+    assert easy["delta paper"] == 2.4
+    assert easy["delta grpo-n4"] == 5.0  # 50.0 - the trained GRPO-n4 mean 45.0
+    trained = _row(table, Q15, "standard", "seq-balance")  # not averaged with the released checkpoint
+    assert trained["n_seeds"] == 1 and trained["weighted measured"] == 48.0 and trained["delta paper"] == 0.4
+    hard_row = _row(table, Q15, "hard", "seq-balance (released checkpoint)")
+    assert hard_row["math500 paper"] == 74.7 and hard_row["weighted paper"] == 45.5
+    assert hard_row["delta paper"] == 0.5 and math.isnan(hard_row["delta grpo-n4"])  # no trained hard GRPO-n4
+    base = _row(table, Q15, "none", "base model")
+    assert base["weighted measured"] == 30.0
+    assert math.isnan(base["weighted paper"]) and math.isnan(base["delta paper"]) and math.isnan(base["math500 paper"])
+
+    mine = tables.weighted_average_table(pd.DataFrame(rows), measured_only=True)
+    assert mine["method"].tolist() == [
+        "base model",
+        "grpo-n4",
+        "seq-balance",
+        "seq-balance (released checkpoint)",
+        "est",
+        "seq-balance (released checkpoint)",
+    ]
+    assert _row(mine, Q15, "hard", "seq-balance (released checkpoint)")["weighted paper"] == 45.5
+    assert (
+        "| qwen2.5-math-1.5b | standard | seq-balance (released checkpoint) | 1 | 80.0 | 77.4 |"
+        in tables.to_markdown(mine)
+    )
+
+
 def test_bad_inputs_are_user_errors(eval_df) -> None:
     with pytest.raises(ReproError, match="checkpoint must be 'final' or a step number"):
         tables.weighted_average_table(eval_df, checkpoint="last")

@@ -25,6 +25,7 @@ __all__ = [
     "Backbone",
     "Benchmark",
     "CatalogError",
+    "Checkpoint",
     "Method",
     "PromptSet",
     "PromptTemplate",
@@ -33,8 +34,10 @@ __all__ = [
     "backbones",
     "benchmark_weighting",
     "benchmarks",
+    "checkpoints",
     "get_backbone",
     "get_benchmark",
+    "get_checkpoint",
     "get_method",
     "get_prompt_set",
     "hyperparameters",
@@ -216,6 +219,36 @@ class Benchmark:
         return "boxed" if setting is None else setting.value
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """A trained model the authors released: evaluating it reproduces one Table 1 row without training."""
+
+    key: str
+    description: str
+    settings: Settings
+
+    @property
+    def hf_id(self) -> str:
+        return self.settings["hf_id"].value
+
+    @property
+    def backbone(self) -> str:
+        return self.settings["backbone"].value
+
+    @property
+    def method(self) -> str:
+        return self.settings["method"].value
+
+    @property
+    def prompt_set(self) -> str:
+        return self.settings["prompt_set"].value
+
+    @property
+    def table1_row(self) -> dict[str, str]:
+        """The (backbone, prompt_set, method) of paper_tables/table1_per_benchmark.csv it should reproduce."""
+        return dict(self.settings["table1_row"].value)
+
+
 # ---------------------------------------------------------------------------------------- public API
 
 
@@ -237,6 +270,20 @@ def prompt_sets() -> dict[str, PromptSet]:
 def benchmarks() -> dict[str, Benchmark]:
     """Every evaluation benchmark by key."""
     return dict(_benchmarks()[0])
+
+
+def checkpoints() -> dict[str, Checkpoint]:
+    """Every released trained checkpoint by key."""
+    return dict(_checkpoints())
+
+
+def get_checkpoint(name: str) -> Checkpoint:
+    """A released checkpoint by its key or its Hub id."""
+    table = _checkpoints()
+    by_hub_id = {c.hf_id: c for c in table.values()}
+    if name in by_hub_id:
+        return by_hub_id[name]
+    return _get(table, "released checkpoint", name)
 
 
 def benchmark_weighting() -> Setting:
@@ -360,6 +407,24 @@ def _benchmarks() -> tuple[Mapping[str, Benchmark], Setting]:
 
 
 @functools.cache
+def _checkpoints() -> Mapping[str, Checkpoint]:
+    from repro import paper
+
+    table1 = paper.table1()
+    rows = {tuple(row) for row in table1[list(_TABLE1_KEYS)].itertuples(index=False)}
+    return MappingProxyType(
+        _parse_checkpoints(
+            _read("checkpoints.yaml"),
+            "checkpoints.yaml",
+            set(_backbones()),
+            set(_methods()),
+            set(_prompt_sets()[0]),
+            rows,
+        )
+    )
+
+
+@functools.cache
 def _hyperparameters() -> Settings:
     filename = "hyperparameters.yaml"
     data = _read(filename)
@@ -449,6 +514,47 @@ def _parse_backbones(
         for value in () if source is None else (source.value, source.released):
             if value is not None and value not in out:
                 raise CatalogError(f"{filename}: {key}.train_prompts_from: {unknown_name('backbone', str(value), out)}")
+    return out
+
+
+_CHECKPOINT_FIELDS = ("hf_id", "backbone", "method", "prompt_set", "table1_row")
+_TABLE1_KEYS = ("backbone", "prompt_set", "method")
+
+
+def _parse_checkpoints(
+    data: Mapping[str, Any],
+    filename: str,
+    backbone_keys: set[str],
+    method_keys: set[str],
+    prompt_set_keys: set[str],
+    table1_rows: set[tuple[str, str, str]],
+) -> dict[str, Checkpoint]:
+    """Released checkpoints; every name they use must exist, so `repro eval KEY` never fails half way."""
+    out: dict[str, Checkpoint] = {}
+    for key, raw in data.items():
+        where = f"{filename}: {key}"
+        entry = dict(_mapping(raw, where))
+        description = _text(entry.pop("description", None), f"{where}.description")
+        settings = _settings(entry, where, required=_CHECKPOINT_FIELDS, allowed=_CHECKPOINT_FIELDS)
+        for name, kind, valid in (
+            ("backbone", "backbone", backbone_keys),
+            ("method", "method", method_keys),
+            ("prompt_set", "prompt set", prompt_set_keys),
+        ):
+            if settings[name].value not in valid:
+                raise CatalogError(f"{where}.{name}: {unknown_name(kind, str(settings[name].value), valid)}")
+        if not isinstance(settings["hf_id"].value, str) or "/" not in settings["hf_id"].value:
+            raise CatalogError(f"{where}.hf_id: must be a Hub id owner/name, got {settings['hf_id'].value!r}")
+        row = settings["table1_row"].value
+        if not isinstance(row, Mapping) or set(row) != set(_TABLE1_KEYS):
+            raise CatalogError(f"{where}.table1_row: must map exactly {', '.join(_TABLE1_KEYS)}")
+        if tuple(row[k] for k in _TABLE1_KEYS) not in table1_rows:
+            label = "/".join(str(row[k]) for k in _TABLE1_KEYS)
+            raise CatalogError(f"{where}.table1_row: {label} is not a row of paper_tables/table1_per_benchmark.csv")
+        out[key] = Checkpoint(key=key, description=description, settings=settings)
+    hub_ids = [c.hf_id for c in out.values()]
+    if len(set(hub_ids)) != len(hub_ids):
+        raise CatalogError(f"{filename}: two checkpoints share a Hub id")
     return out
 
 

@@ -8,6 +8,7 @@ model's own cap on CPU. A backend returns `n` response texts per prompt, in orde
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -78,16 +79,27 @@ class TransformersGenerator:
 
 
 class VLLMGenerator:
-    """GPU sampling with vLLM (the `gpu` extra): n samples per prompt in one request, seeded."""
+    """GPU sampling with vLLM (the `gpu` extra): n samples per prompt in one request, seeded.
+
+    The context is the released eval's max_model_len (8192, benchmark_sources.yaml), not the model's
+    configured length: Qwen2.5-Math's config says 4096 positions, which would leave 4096 tokens minus the
+    prompt. vLLM refuses a longer max_model_len unless told: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 only skips
+    that check and leaves the rotary tables at the configured length (garbage or a CUDA device-side
+    assert past it, vLLM issue #17924 / PR #44286), while `hf_overrides` ("arguments to be forwarded to
+    the Hugging Face config", vLLM ModelConfig) raises max_position_embeddings itself, as the released
+    training script does (32768). So a model configured below max_model_len gets
+    hf_overrides={"max_position_embeddings": max_model_len}; a longer-context model is left as it is.
+    """
 
     def __init__(
         self,
-        model_path: Path,
+        model_path: Path | str,
         max_new_tokens: int = 4096,
         temperature: float = 1.0,
         tensor_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.85,
         template: catalog.PromptTemplate | None = None,
+        max_model_len: int | None = None,
     ):
         try:
             from vllm import LLM, SamplingParams
@@ -96,12 +108,20 @@ class VLLMGenerator:
                 "vLLM is not installed; on a GPU machine run `bash scripts/setup-venv.sh gpu`, "
                 "or use --backend transformers"
             ) from exc
+        from repro.evaluation.benchmarks import generation_setting
+
         self._params = SamplingParams
-        self.llm = LLM(
-            model=str(model_path),
-            tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-        )
+        self.max_model_len = int(max_model_len or generation_setting("max_model_len"))
+        kwargs: dict = {
+            "model": str(model_path),
+            "tensor_parallel_size": tensor_parallel_size,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "max_model_len": self.max_model_len,
+        }
+        positions = configured_positions(model_path)
+        if positions is not None and positions < self.max_model_len:
+            kwargs["hf_overrides"] = {"max_position_embeddings": self.max_model_len}
+        self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
         self.template = _template(template)
@@ -116,6 +136,19 @@ class VLLMGenerator:
         ]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [[c.text for c in out.outputs] for out in outputs]
+
+
+def configured_positions(model_path: Path | str) -> int | None:
+    """max_position_embeddings of a model's config (a local folder's config.json, else the Hub's)."""
+    local = Path(model_path) / "config.json"
+    if local.is_file():
+        config = json.loads(local.read_text())
+    else:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(str(model_path)).to_dict()
+    value = config.get("max_position_embeddings")
+    return int(value) if isinstance(value, int) else None
 
 
 def make_generator(

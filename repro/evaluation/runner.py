@@ -18,13 +18,22 @@ from repro.errors import ReproError
 from repro.evaluation import benchmarks as bench
 from repro.evaluation.extract import check_mode, extract
 
+# A "model run folder" (<runs root>/<key>/) holds the evaluation of a model named from the catalog: this
+# marker file (kind, key, backbone, prompt set, weights) and eval/ (records + summary.json). `repro collect`
+# reads it into the eval table as its own row beside the paper's, not as a training run.
+MODEL_EVAL_MARKER = "model_eval.json"
+RELEASED_CHECKPOINT = "released-checkpoint"
+BASE_MODEL = "base-model"
+
 
 @dataclass(frozen=True)
 class EvalTarget:
-    model_path: Path
+    model_path: Path | str  # a folder, or a Hub id that the generator loads
     out_dir: Path
     label: str
     tiny: bool
+    backbone: str | None = None  # when known (runs, catalog names): picks the backbone's prompt template
+    marker: dict | None = None  # for a catalog name: what MODEL_EVAL_MARKER records, written beside out_dir
 
 
 def _checkpoint_model(folder: Path) -> Path | None:
@@ -34,14 +43,83 @@ def _checkpoint_model(folder: Path) -> Path | None:
     return None
 
 
-def targets(path: Path, all_checkpoints: bool, out: Path | None = None) -> list[EvalTarget]:
-    """A run folder (its final checkpoint, or every kept one) or a model folder."""
+def _run_backbone(path: Path, config: dict) -> str | None:
+    """A run's backbone: its config's (CPU runs), else the cell name's first field (verl runs)."""
+    from repro import catalog
+
+    cell = config.get("cell") if isinstance(config.get("cell"), str) else path.name
+    backbone = config.get("backbone") or (cell.split("__")[0] if "__" in cell else None)
+    return backbone if backbone in catalog.backbones() else None
+
+
+def _named(name: str, runs_root: Path, out: Path | None, model_path: Path | None) -> EvalTarget | None:
+    """A released checkpoint (catalog key or Hub id) or a base model (backbone key or Hub id), or None.
+
+    Weights come from `model_path` when given (a local copy: no Hub here), else from the Hub id; the
+    tiny-arith backbone has no Hub id and is built locally. Results go to <runs root>/<key>/eval.
+    """
+    from repro import catalog
+
+    released = {c.key: c for c in catalog.checkpoints().values()} | {c.hf_id: c for c in catalog.checkpoints().values()}
+    bases = {b.key: b for b in catalog.backbones().values()} | {
+        b.hf_id: b for b in catalog.backbones().values() if b.hf_id
+    }
+    if name in released:
+        ckpt = released[name]
+        key, hub_id, backbone = ckpt.key, ckpt.hf_id, ckpt.backbone
+        marker = {"kind": RELEASED_CHECKPOINT, "key": key, "hf_id": hub_id, "backbone": backbone}
+        marker |= {"method": ckpt.method, "prompt_set": ckpt.prompt_set, "table1_row": ckpt.table1_row}
+    elif name in bases:
+        base = bases[name]
+        key, hub_id, backbone = base.key, base.hf_id, base.key
+        marker = {"kind": BASE_MODEL, "key": key, "hf_id": hub_id, "backbone": backbone}
+        marker |= {"method": None, "prompt_set": None, "table1_row": None}
+    else:
+        return None
+    if model_path is not None:
+        model_path = Path(model_path)
+        if not (model_path / "config.json").is_file():
+            raise ReproError(f"--model-path {model_path} holds no config.json; pass the folder of a Hugging Face model")
+        weights: Path | str = model_path
+    elif hub_id is not None:
+        weights = hub_id
+    else:  # the CPU miniature: nothing to download, built on first use
+        from repro.local.model import ensure_tiny_model
+
+        weights = ensure_tiny_model()
+    marker["weights"] = str(weights)
+    tiny = catalog.get_backbone(backbone).device == "cpu"
+    out_dir = out or Path(runs_root) / key / "eval"
+    return EvalTarget(weights, out_dir, key, tiny, backbone, None if out is not None else marker)
+
+
+def targets(
+    path: Path | str,
+    all_checkpoints: bool,
+    out: Path | None = None,
+    *,
+    runs_root: Path = Path("runs"),
+    model_path: Path | None = None,
+) -> list[EvalTarget]:
+    """A run folder (its final checkpoint, or every kept one), a model folder, or a catalog name.
+
+    A name is a released checkpoint (catalog key or Hub id) or a base model (backbone key or Hub id); an
+    existing run or model folder of the same name wins, so today's paths mean what they meant.
+    """
     path = Path(path)
-    if (path / "status.json").exists():
+    is_run, is_model = (path / "status.json").exists(), (path / "config.json").exists()
+    if model_path is not None and (is_run or is_model):
+        raise ReproError(
+            f"--model-path gives the weights of a model named from the catalog; {path} is a folder already, "
+            "drop --model-path"
+        )
+    if is_run:
         from repro.rundir import RunDir
 
         run = RunDir(path)
-        tiny = "tiny-arith" in path.name or (run.config().get("backbone") == "tiny-arith")
+        config = run.config()
+        tiny = "tiny-arith" in path.name or (config.get("backbone") == "tiny-arith")
+        backbone = _run_backbone(path, config)
         steps = sorted(
             int(p.name.removeprefix("global_step_"))
             for p in (path / "checkpoints").glob("global_step_*")
@@ -56,12 +134,23 @@ def targets(path: Path, all_checkpoints: bool, out: Path | None = None) -> list[
             model = _checkpoint_model(path / "checkpoints" / f"global_step_{step}")
             if model is None:
                 raise ReproError(f"checkpoint global_step_{step} of {path} holds no Hugging Face model folder")
-            found.append(EvalTarget(model, out_root / f"global_step_{step}", f"step {step}", tiny))
+            found.append(EvalTarget(model, out_root / f"global_step_{step}", f"step {step}", tiny, backbone))
         return found
-    if (path / "config.json").exists():
+    if is_model:
         tiny = (path / "repro_build.json").exists()
         return [EvalTarget(path, out or path / "eval", path.name, tiny)]
-    raise ReproError(f"{path} is neither a run folder (status.json) nor a model folder (config.json)")
+    named = _named(str(path), runs_root, out, model_path)
+    if named is not None:
+        return [named]
+    if path.is_dir():
+        raise ReproError(f"{path} is neither a run folder (status.json) nor a model folder (config.json)")
+    from repro import catalog
+
+    names = [*catalog.checkpoints(), *catalog.backbones()]
+    raise ReproError(
+        f"unknown model {str(path)!r}: not a folder, a released checkpoint or a backbone; "
+        f"valid names: {', '.join(names)} (or their Hub ids; `repro models` lists them)"
+    )
 
 
 def read_records(path: Path) -> tuple[list[dict], int]:

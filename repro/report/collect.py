@@ -10,6 +10,13 @@ Reads only the run-directory contract (DESIGN.md), so CPU and verl runs are coll
   line) are skipped and counted per run, never raised and never silent;
 - eval/global_step_<k>/summary.json give one row per benchmark plus the weighted average.
 
+A "model run folder" (`repro eval NAME` of a released checkpoint or a base model: model_eval.json and
+eval/summary.json, no status.json) is collected too: one row in the runs table (state = its kind, no
+steps) and eval rows at checkpoint_step 0 whose method is a label of their own ("seq-balance (released
+checkpoint)", "base model"), so every reader keeps them apart from trained runs of the same cell. Only
+when there are such rows does the eval table get two more columns, `origin` ("run", "released-checkpoint",
+"base-model") and `model` (the catalog key), so collecting runs alone writes what it always wrote.
+
 Writing is crash-safe and concurrency-safe: each results file is written to a temporary sibling, fsynced and
 renamed into place (a reader sees the old file or the new one, never half of one), and the whole collect
 runs under an exclusive lock on results/.collect.lock, so two collects take turns instead of interleaving.
@@ -35,12 +42,28 @@ import yaml
 
 from repro.atomic import fsync_dir
 from repro.errors import ReproError
+from repro.evaluation.runner import BASE_MODEL, MODEL_EVAL_MARKER, RELEASED_CHECKPOINT
 from repro.report.schema import RUN_KEYS, TABLES, WEIGHTED_AVERAGE
 from repro.rundir import RunDir, read_attempt
 
 LOCK_NAME = ".collect.lock"
 RUNS_COLUMNS = (*RUN_KEYS, "state", "steps_logged", "corrupt_lines", "duplicate_steps", "metrics_files", "path")
 EVAL_COLUMNS = (*RUN_KEYS, "checkpoint_step", "benchmark", "problems", "k", "ave_at_k")  # then pass@<k>, k ascending
+
+MODEL_COLUMNS = ("origin", "model")  # appended to the eval table only when a model run folder was collected
+ORIGIN_RUN = "run"
+BASE_MODEL_LABEL = "base model"  # the method column of a base model's rows
+NO_PROMPT_SET = "none"  # the prompt_set column of a base model's rows: it was trained on none
+MODEL_STEP = 0  # checkpoint_step of a model run folder's rows: the model as evaluated
+
+
+RELEASED_SUFFIX = " (released checkpoint)"
+
+
+def released_label(method: str) -> str:
+    """The method column of a released checkpoint's rows: beside, never averaged with, trained runs."""
+    return method + RELEASED_SUFFIX
+
 
 _EVAL_DIR_RE = re.compile(r"global_step_(\d+)")
 _CELL_RE = re.compile(r"(?P<backbone>.+?)__(?P<method>.+?)__(?P<prompt_set>.+?)__s(?P<seed>\d+)")
@@ -290,6 +313,54 @@ def _read_run(folder: Path, warnings: list[str]) -> tuple[RunInfo, list[dict], l
     return info, training, evals
 
 
+def _read_model_folder(folder: Path, warnings: list[str]) -> tuple[RunInfo, list[dict]]:
+    """A model run folder -> its RunInfo (state = its kind) and eval rows; ReproError(reason) if unreadable."""
+    try:
+        marker = json.loads((folder / MODEL_EVAL_MARKER).read_text())
+    except (OSError, ValueError) as exc:
+        raise ReproError(f"{MODEL_EVAL_MARKER} is unreadable ({type(exc).__name__})") from None
+    if not isinstance(marker, dict) or marker.get("kind") not in (RELEASED_CHECKPOINT, BASE_MODEL):
+        raise ReproError(f"{MODEL_EVAL_MARKER} names no kind {RELEASED_CHECKPOINT} or {BASE_MODEL}")
+    kind = marker["kind"]
+    if not isinstance(marker.get("backbone"), str) or (kind == RELEASED_CHECKPOINT and not marker.get("method")):
+        raise ReproError(f"{MODEL_EVAL_MARKER} lacks the backbone or the method")
+    released = kind == RELEASED_CHECKPOINT
+    keys: dict[str, Any] = {
+        "run": folder.name,
+        "backbone": marker["backbone"],
+        "method": released_label(str(marker["method"])) if released else BASE_MODEL_LABEL,
+        "prompt_set": str(marker.get("prompt_set")) if released else NO_PROMPT_SET,
+        "seed": int(marker.get("eval_seed") or 0),
+    }
+    rows: list[dict] = []
+    where = f"{folder.name}/eval/summary.json"
+    summary_path = folder / "eval" / "summary.json"
+    if not summary_path.exists():
+        warnings.append(f"{where} does not exist (an unfinished `repro eval`?); {folder.name} has no eval rows")
+    else:
+        try:
+            rows = _summary_rows(json.loads(summary_path.read_text()), keys, MODEL_STEP)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            warnings.append(f"{where} is unreadable ({type(exc).__name__}: {exc}); {folder.name} has no eval rows")
+    for row in rows:
+        row.update(origin=kind, model=marker.get("key") or folder.name)
+    info = RunInfo(
+        run=folder.name,
+        path=folder.resolve(),
+        backbone=keys["backbone"],
+        method=keys["method"],
+        prompt_set=keys["prompt_set"],
+        seed=keys["seed"],
+        state=kind,
+        steps_logged=0,
+        corrupt_lines=0,
+        duplicate_steps=0,
+        metrics_files=0,
+        eval_checkpoints=(MODEL_STEP,) if rows else (),
+    )
+    return info, rows
+
+
 # ---- the tables ---------------------------------------------------------------------------------
 
 
@@ -329,11 +400,15 @@ def _training_frame(rows: list[dict]) -> pd.DataFrame:
 
 def _eval_frame(rows: list[dict]) -> pd.DataFrame:
     ks = sorted({int(name.removeprefix("pass@")) for row in rows for name in row if name.startswith("pass@")})
-    columns = [*EVAL_COLUMNS, *(f"pass@{k}" for k in ks)]
+    values = [*EVAL_COLUMNS, *(f"pass@{k}" for k in ks)]
+    with_models = any("origin" in row for row in rows)
+    if with_models:
+        rows = [{"origin": ORIGIN_RUN, "model": None, **row} for row in rows]
+    columns = [*values, *(MODEL_COLUMNS if with_models else ())]
     frame = pd.DataFrame(rows, columns=columns)
     for column in ("seed", "checkpoint_step", "problems", "k"):
         frame[column] = frame[column].astype("int64")
-    for column in columns[len(EVAL_COLUMNS) - 1 :]:
+    for column in values[len(EVAL_COLUMNS) - 1 :]:
         frame[column] = frame[column].astype("float64")
     return frame
 
@@ -410,13 +485,15 @@ def read_results(results: str | os.PathLike[str] = "results") -> dict[str, pd.Da
 
 
 def _scan(runs_root: Path, report: CollectReport) -> list[Path]:
-    """Run folders to read, sorted by name; everything else is recorded in report.not_runs."""
+    """Run folders and model run folders to read, sorted by name; everything else goes to report.not_runs."""
     folders = []
     for entry in sorted(runs_root.iterdir(), key=lambda p: p.name):
         if not entry.is_dir():
             continue
         if entry.name.startswith("."):
             report.not_runs.append((entry.name, "hidden (a run being created, or not ours)"))
+        elif not (entry / "status.json").exists() and (entry / MODEL_EVAL_MARKER).exists():
+            folders.append(entry)
         elif not (entry / "status.json").exists():
             report.not_runs.append((entry.name, "no status.json"))
         elif ".replaced-" in entry.name:
@@ -451,7 +528,10 @@ def collect(runs_root: str | os.PathLike[str], results: str | os.PathLike[str]) 
         evals: list[dict] = []
         for folder in folders:
             try:
-                info, run_training, run_evals = _read_run(folder, report.warnings)
+                if (folder / "status.json").exists():
+                    info, run_training, run_evals = _read_run(folder, report.warnings)
+                else:
+                    (info, run_evals), run_training = _read_model_folder(folder, report.warnings), []
             except ReproError as exc:
                 report.skipped.append((folder.name, str(exc)))
                 continue

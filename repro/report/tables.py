@@ -8,6 +8,11 @@ Three builders return one DataFrame each, ready for any renderer:
 - `sampling_table`: what the samplers did per step (responses, signal and zero-variance shares, Seq's
   unresolved prompts, additional samples).
 
+Released checkpoints and base models evaluated by name (`repro eval NAME`, collected from their model run
+folders) are rows of their own in the weighted-average table: method "seq-balance (released checkpoint)"
+right after the trained "seq-balance" row of the same backbone and prompt set, with the paper columns of
+the Table 1 row the checkpoint should reproduce; "base model" (prompt set "none") first in its backbone.
+
 Accuracies and shares are percentages (x100, one decimal) so they sit beside the paper's. A cell
 without a run is missing (NaN), never zero; every renderer prints it as "—" (LaTeX: "--"). Column
 names say where a number comes from: "... measured" and "... paper". `missing_measured` lists the rows
@@ -82,9 +87,26 @@ def _order(kind: str) -> list[str]:
     raise ValueError(kind)
 
 
-def _rank(values: Iterable[str], kind: str) -> dict[str, tuple[int, str]]:
+def _rank(values: Iterable[str], kind: str) -> dict[str, tuple[float, str]]:
     known = {name: i for i, name in reversed(list(enumerate(_order(kind))))}
+    if kind == "method":
+        return {v: (_method_position(str(v), known), str(v)) for v in values}
+    if kind == "prompt_set":
+        from repro.report.collect import NO_PROMPT_SET
+
+        known = {NO_PROMPT_SET: -1, **known}  # a base model (trained on no prompt set) leads its backbone
     return {v: (known.get(v, len(known)), str(v)) for v in values}
+
+
+def _method_position(method: str, known: dict[str, int]) -> float:
+    """A base model before every method; a released checkpoint right after the method that trained it."""
+    from repro.report.collect import BASE_MODEL_LABEL, RELEASED_SUFFIX
+
+    if method == BASE_MODEL_LABEL:
+        return -1
+    if method.endswith(RELEASED_SUFFIX) and method.removesuffix(RELEASED_SUFFIX) in known:
+        return known[method.removesuffix(RELEASED_SUFFIX)] + 0.5
+    return known.get(method, len(known))
 
 
 def _sort(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
@@ -145,6 +167,41 @@ def _paper_rows(prompt_set: str | None) -> pd.DataFrame:
     return _filter_prompt_set(rows, prompt_set)
 
 
+def _paper_twins(eval_df: pd.DataFrame) -> dict[tuple[str, str, str], tuple[str, str, str]]:
+    """(backbone, prompt_set, method label) of each released checkpoint's rows -> the Table 1 row it should
+    reproduce: the catalog's `table1_row`, else the same cell with the label's method."""
+    if "origin" not in eval_df.columns or "model" not in eval_df.columns:
+        return {}
+    from repro import catalog
+    from repro.evaluation.runner import RELEASED_CHECKPOINT
+    from repro.report.collect import RELEASED_SUFFIX
+
+    released = eval_df[eval_df["origin"] == RELEASED_CHECKPOINT]
+    out = {}
+    for backbone, prompt_set, method, model in (
+        released[["backbone", "prompt_set", "method", "model"]].drop_duplicates().itertuples(index=False)
+    ):
+        try:
+            row = catalog.get_checkpoint(str(model)).table1_row
+            twin = (row["backbone"], row["prompt_set"], row["method"])
+        except ReproError:  # a checkpoint the catalog no longer lists
+            twin = (backbone, prompt_set, str(method).removesuffix(RELEASED_SUFFIX))
+        out[(backbone, prompt_set, method)] = twin
+    return out
+
+
+def _fill_paper_twins(table: pd.DataFrame, twins: dict[tuple[str, str, str], tuple[str, str, str]]) -> None:
+    """Give each released checkpoint's row the paper numbers of its Table 1 row (in place)."""
+    if not twins:
+        return
+    reported = _paper_rows(None).set_index(list(GROUP_KEYS))
+    columns = [c for c in reported.columns if c in table.columns]
+    for index, key in zip(table.index, table[list(GROUP_KEYS)].itertuples(index=False), strict=True):
+        twin = twins.get(tuple(key))
+        if twin is not None and twin in reported.index:
+            table.loc[index, columns] = reported.loc[twin, columns].to_numpy(dtype=float)
+
+
 def _measured_rows(eval_df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """Per (backbone, prompt_set, method): seeds averaged, in percent; and the benchmarks measured."""
     keys = list(GROUP_KEYS)
@@ -203,13 +260,16 @@ def weighted_average_table(
     if measured_only:
         paper_rows = paper_rows.merge(measured[keys], on=keys, how="inner")
     table = paper_rows.merge(measured, on=keys, how="outer") if not paper_rows.empty else measured.copy()
-    for column in (WEIGHTED_MEASURED, WEIGHTED_PAPER):
+    twins = _paper_twins(selected)
+    has_paper = not paper_rows.empty or bool(twins)
+    for column in (WEIGHTED_MEASURED, WEIGHTED_PAPER, *(f"{b} paper" for b in paper.BENCHMARKS if has_paper)):
         if column not in table.columns:
             table[column] = math.nan
+    _fill_paper_twins(table, twins)
     table["n_seeds"] = pd.array(table["n_seeds"], dtype="Int64")
 
     columns = [*keys, "n_seeds"]
-    for bench in _sorted_benchmarks([*measured_benchmarks, *(paper.BENCHMARKS if not paper_rows.empty else ())]):
+    for bench in _sorted_benchmarks([*measured_benchmarks, *(paper.BENCHMARKS if has_paper else ())]):
         columns += [c for c in (f"{bench} measured", f"{bench} paper") if c in table.columns]
     table = table[[*columns, WEIGHTED_MEASURED, WEIGHTED_PAPER]].copy()
     value_columns = [c for c in table.columns if c.endswith((" measured", " paper"))]
