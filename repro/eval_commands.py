@@ -11,6 +11,8 @@ from rich.table import Table
 from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
 
+GRADING_POLICIES = ("released", "math-verify")
+
 
 def _benchmark_files(items: list[str]) -> dict[str, Path]:
     out = {}
@@ -90,14 +92,25 @@ def eval_cmd(
         Path,
         typer.Option("--runs-root", help="For a catalog name: results go to RUNS_ROOT/NAME/, beside the runs."),
     ] = Path("runs"),
+    grading: Annotated[
+        str,
+        typer.Option(
+            "--grading",
+            help="released: as the released eval (Minerva Math with Qwen2.5-Math's grader, the others the last "
+            "box with math-verify); math-verify: the last box with math-verify everywhere.",
+        ),
+    ] = "released",
 ) -> None:
-    """Evaluate with k samples per problem (temperature 1.0, top-p 1.0) and the project's math-verify grading.
+    """Evaluate with k samples per problem (temperature 1.0, top-p 1.0), graded as the released eval grades.
 
     Writes one record per response (`<eval dir>/<benchmark>.jsonl`: problem id, sample index, response,
     extracted answer, score) and `summary.json` (with the benchmark sources used); an interrupted
     evaluation resumes without regenerating finished problems. A released checkpoint or a base model
     named from the catalog is evaluated into a model run folder RUNS_ROOT/NAME/ (model_eval.json +
-    eval/), which `repro collect` and `repro table weighted-average` show as its own row.
+    eval/), which `repro collect` and `repro table weighted-average` show as its own row. Grading follows
+    the released eval by default (`--grading released`): Minerva Math with Qwen2.5-Math's answer extraction
+    and `math_equal`, the other benchmarks the last box with math-verify; `--grading math-verify` grades
+    every benchmark the second way. Records remember their mode; a change re-grades them, never regenerates.
 
     Examples:
 
@@ -114,7 +127,7 @@ def eval_cmd(
     from repro import catalog
     from repro.evaluation import benchmarks as bench
     from repro.evaluation.generation import DEFAULT_TEMPLATE, make_generator
-    from repro.evaluation.grading import Grader
+    from repro.evaluation.grading import Grader, benchmark_grading
     from repro.evaluation.runner import evaluate_benchmark, summarise, targets, write_summary
     from repro.prompting import template_for
 
@@ -122,6 +135,8 @@ def eval_cmd(
         ks = sorted({int(x) for x in pass_k.split(",") if x.strip()})
     except ValueError as exc:
         raise ReproError(f"--pass-k takes comma-separated integers, got {pass_k!r}") from exc
+    if grading not in GRADING_POLICIES:
+        raise ReproError(f"unknown --grading {grading!r}; valid: {', '.join(GRADING_POLICIES)}")
     files = _benchmark_files(benchmark_file or [])
     found = targets(target, all_checkpoints, out, runs_root=runs_root, model_path=model_path)
     names = bench.resolve(benchmarks, found[0].tiny)
@@ -165,11 +180,13 @@ def eval_cmd(
                     tgt.out_dir / f"{name}.jsonl",
                     seed,
                     on_problems=lambda count, task=task: progress.advance(task, count * k),
+                    grading=benchmark_grading(name) if grading == "released" else "boxed",
                 )
             summary = summarise(by_bench, k, ks, tgt.tiny, dict(grader.counts()))
         summary["model"] = str(tgt.model_path)
         summary["sources"] = {name: item.summary() for name, item in loaded.items()}
         summary["generation"] = {"backend": chosen, "max_new_tokens": tokens, "prompt_template": template.key}
+        summary["grading_policy"] = grading
         if getattr(generator, "max_model_len", None) is not None:
             summary["generation"]["max_model_len"] = generator.max_model_len
         path = write_summary(tgt.out_dir, summary)

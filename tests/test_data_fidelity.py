@@ -84,6 +84,7 @@ def _fake_vllm(monkeypatch) -> dict:
             self.__dict__.update(kwargs)
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams))
+    monkeypatch.setattr("repro.evaluation.generation.configured_positions", lambda _path: 4096)  # no Hub here
     seen["tokenizer"] = tokenizer
     return seen
 
