@@ -289,3 +289,52 @@ def test_the_released_dry_run_names_the_hub_set_it_will_fetch(home, capsys) -> N
     assert f"data.train_files={train}" in out
     assert "it is RLHFlow/reinforce_ada_hard_prompt, downloaded from the Hub when the run starts" in out
     assert not (train.parent).exists()  # a dry run downloads nothing
+
+
+class _RecordingScheduler:
+    """A scheduler on the Scheduler protocol that records what it was given, and checks the released set is
+    on disk by the time the job is submitted (a compute node may have no network)."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.submitted: list[str] = []
+
+    def check(self) -> None:
+        pass
+
+    def submit(self, plan, sweep_name: str) -> dict:
+        assert all(Path(local).exists() for local in plan.gpu.hub_sources), "submitted before the data was fetched"
+        self.submitted.append(plan.name)
+        return {"launcher": self.name, "job_id": str(len(self.submitted)), "sweep": sweep_name}
+
+    def state(self, record: dict):
+        from repro.launch.jobs import JobState
+
+        return JobState("queued")
+
+    def cancel(self, record: dict) -> None:
+        pass
+
+
+def test_a_released_sweep_fetches_its_hub_sets_before_it_submits(home, monkeypatch, tmp_path) -> None:
+    from repro.launch.submit import submit_sweep
+    from repro.sweep import load_sweep
+
+    sweep_file = tmp_path / "released.yaml"
+    sweep_file.write_text(
+        "name: released-one\ndescription: one released cell\nbackbones: [qwen3-4b-instruct]\n"
+        "methods: [seq-balance]\nprompt_sets: [hard]\nseeds: [0]\npreset: released\n"
+    )
+    loads: list[str] = []
+    monkeypatch.setattr(
+        released, "load_hub_rows", lambda hub_id, split="train": loads.append(hub_id) or RELEASED_ROWS * 50
+    )
+    monkeypatch.setattr(flt, "token_counter", lambda _path: None)
+    scheduler = _RecordingScheduler()
+    submit_sweep(load_sweep(sweep_file), scheduler, tmp_path / "runs")
+    assert scheduler.submitted == ["qwen3-4b-instruct__seq-balance__hard__s0"]
+    assert sorted(loads) == ["RLHFlow/reinforce_ada_hard_prompt", "weqweasdas/validate"]
+    assert (tmp_path / "runs/qwen3-4b-instruct__seq-balance__hard__s0/jobs.jsonl").exists()
+    train = Path(home["REPRO_HOME"]) / "data/hub/RLHFlow__reinforce_ada_hard_prompt/train.parquet"
+    assert len(pd.read_parquet(train)) == 600

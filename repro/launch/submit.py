@@ -52,8 +52,8 @@ class SubmitReport:
 
 def _submit_one(plan: CellPlan, scheduler: Scheduler, sweep: Sweep) -> dict:
     """Prepare the run folder (the job's own `repro run` then resumes it), submit, record the job."""
-    if plan.spec is not None:  # released sets by Hub id: fetched here, where the network is
-        fetch_hub_inputs(plan.spec, plan.cell.backbone)
+    if plan.gpu is not None:  # released sets by Hub id: fetched here, where the network is
+        fetch_hub_inputs(plan.gpu, plan.cell.backbone)
     RunDir.prepare(plan.run_dir, plan.config, ["repro", "sweep", "run", sweep.name, f"--launcher={scheduler.name}"])
     record = scheduler.submit(plan, sweep.name)
     record_job(plan.run_dir, record)
