@@ -13,6 +13,7 @@ from repro import (
     data_commands,
     eval_commands,
     plot_commands,
+    report_commands,
     run_commands,
     simulate_commands,
     sweep_commands,
@@ -43,6 +44,7 @@ app.add_typer(data_commands.app, name="data")
 app.command("collect")(collect_commands.collect)
 app.add_typer(table_commands.app, name="table")
 app.add_typer(plot_commands.app, name="plot")
+app.command("report")(report_commands.report)
 app.add_typer(sweep_commands.app, name="sweep")
 app.command("status")(sweep_commands.status)
 app.command("cancel")(sweep_commands.cancel)

@@ -138,9 +138,13 @@ def weighted_average(
     """Table 1: Ave@k per benchmark and the weighted average, in percent, measured beside the paper.
 
     One row per backbone x prompt set x method over the paper's rows and the measured runs (seeds
-    averaged; n_seeds says how many). "delta paper" is measured - paper (only when all four paper
-    benchmarks were measured), "delta grpo-n4" is measured - the same backbone and prompt set's measured
-    GRPO-n4. Missing cells are "—", never 0. A released checkpoint evaluated by name (`repro eval
+    averaged; n_seeds says how many), with the weighted average's 95% interval over seeds. "delta paper"
+    is measured - paper (only when all four paper benchmarks were measured); "delta grpo-n4" is the mean
+    paired difference to the same backbone and prompt set's GRPO-n4 over the seeds both trained (same
+    seed: same data order; n_paired says how many), with its own 95% interval. Intervals are Student t,
+    mean ± t(0.975, n-1)·s/√n: seeds are few, the t interval is exact for normal seed-to-seed noise and
+    honest about small n, where a bootstrap over 3 values is degenerate; one seed gives no interval ("—").
+    Missing cells are "—", never 0. A released checkpoint evaluated by name (`repro eval
     qwen2.5-math-1.5b-balance-easy`) is its own row, "seq-balance (released checkpoint)", right after the
     paper's row of the same backbone and prompt set and with that Table 1 row's paper numbers; a base
     model (`repro eval qwen2.5-math-1.5b`) is "base model" (prompt set "none"), first in its backbone.
@@ -161,7 +165,7 @@ def weighted_average(
         ),
         fmt,
         out,
-        f"Ave@k (%), checkpoint: {checkpoint}; paper: Ave@32",
+        f"Ave@k (%), checkpoint: {checkpoint}; paper: Ave@32; 95% CI: Student t over seeds",
         ("no measured run", tables.GROUP_KEYS),
     )
 
@@ -206,7 +210,8 @@ def sampling(
 
     Responses per step and per prompt, the share of update groups with signal (correct and wrong
     responses both present) and with zero variance, Seq's share of prompts unresolved after all rounds,
-    and the samples drawn beyond each prompt's first request. Shares are percentages.
+    the samples drawn beyond each prompt's first request, and the responses the update trains on.
+    Shares are percentages.
 
     Examples:
 

@@ -110,16 +110,45 @@ def test_delta_to_paper_and_to_grpo_n4(eval_df) -> None:
     assert seq["weighted measured"] == 48.0
     assert seq["weighted paper"] == 47.6
     assert seq["delta paper"] == 0.4
-    assert seq["delta grpo-n4"] == 3.0  # 48.0 - mean(44, 46)
+    # paired on the one seed both trained: 48.0 - 44.0 (not 48.0 - mean(44, 46)); one seed, no interval
+    assert seq["delta grpo-n4"] == 4.0 and seq["n_paired"] == 1
+    assert math.isnan(seq["delta grpo-n4 95% low"]) and math.isnan(seq["delta grpo-n4 95% high"])
+    assert math.isnan(seq["weighted measured 95% low"])  # one seed: its value, n=1, no interval
     grpo = _row(table, Q15, "standard", "grpo-n4")
     assert grpo["delta paper"] == -0.3  # 45.0 - 45.3
-    assert grpo["delta grpo-n4"] == 0.0
+    assert grpo["delta grpo-n4"] == 0.0 and grpo["n_paired"] == 2
+    # [44, 46]: mean 45, s = sqrt(2), t_{0.975,1} = 12.706204736 -> 45 -+ 12.706 = [32.3, 57.7]
+    assert (grpo["weighted measured 95% low"], grpo["weighted measured 95% high"]) == (32.3, 57.7)
     est = _row(table, Q15, "standard", "est")
     assert est["weighted measured"] == 60.0
     assert est["weighted paper"] == 46.5  # reported only as a weighted average
     # two of four benchmarks measured: neither comparison is like for like
     assert math.isnan(est["delta paper"])
-    assert math.isnan(est["delta grpo-n4"])
+    assert math.isnan(est["delta grpo-n4"]) and pd.isna(est["n_paired"])
+
+
+def test_intervals_over_three_seeds_by_hand() -> None:
+    rows = []
+    for seed, (grpo, seq) in enumerate(((0.40, 0.43), (0.42, 0.46), (0.44, 0.46))):
+        rows += _eval_rows(Q15, "grpo-n4", seed, 100, _all(grpo), grpo)
+        rows += _eval_rows(Q15, "seq-balance", seed, 100, _all(seq), seq)
+    rows += _eval_rows(Q15, "seq-pos", 7, 100, _all(0.50), 0.50)  # a seed GRPO-n4 never trained: nothing to pair
+    table = tables.weighted_average_table(pd.DataFrame(rows), measured_only=True)
+    seq = _row(table, Q15, "standard", "seq-balance")
+    # [43, 46, 46]: mean 45, s = sqrt(3), half width 4.302652730 * sqrt(3) / sqrt(3) = 4.3027 -> [40.7, 49.3]
+    assert seq["n_seeds"] == 3 and seq["weighted measured"] == 45.0
+    assert (seq["weighted measured 95% low"], seq["weighted measured 95% high"]) == (40.7, 49.3)
+    # d = [3, 4, 2]: mean 3, s = 1, half width 4.302652730 / sqrt(3) = 2.4841 -> [0.5, 5.5]
+    assert seq["delta grpo-n4"] == 3.0 and seq["n_paired"] == 3
+    assert (seq["delta grpo-n4 95% low"], seq["delta grpo-n4 95% high"]) == (0.5, 5.5)
+    pos = _row(table, Q15, "standard", "seq-pos")
+    assert math.isnan(pos["delta grpo-n4"]) and pd.isna(pos["n_paired"]) and pos["n_seeds"] == 1
+    markdown = tables.to_markdown(table)
+    assert "weighted measured 95% CI" in markdown.splitlines()[0]
+    assert "| 45.0 | [40.7, 49.3] | 47.6 | -2.6 | +3.0 | [0.5, 5.5] | 3 |" in markdown
+    assert "| 50.0 | — | 46.1 | +3.9 | — | — | — |" in markdown
+    csv = pd.read_csv(__import__("io").StringIO(tables.to_csv(table)), na_values=["—"])
+    assert csv.loc[csv["method"] == "seq-balance", "delta grpo-n4 95% low"].item() == 0.5
 
 
 def test_paper_only_rows_are_present_with_measured_missing_never_zero(eval_df) -> None:
@@ -137,7 +166,8 @@ def test_paper_only_rows_are_present_with_measured_missing_never_zero(eval_df) -
     markdown = tables.to_markdown(table)
     line = next(x for x in markdown.splitlines() if x.startswith("| qwen2.5-math-7b | standard | grpo-n4 |"))
     assert line == (
-        "| qwen2.5-math-7b | standard | grpo-n4 | — | — | 82.2 | — | 44.7 | — | 45.6 | — | 23.2 | — | 53.3 | — | — |"
+        "| qwen2.5-math-7b | standard | grpo-n4 | — | — | 82.2 | — | 44.7 | — | 45.6 | — | 23.2 | — | — | 53.3 | — | — "
+        "| — | — |"
     )
     assert "| 0.0 | 82.2" not in markdown
     missing = tables.missing_measured(table)
@@ -168,7 +198,9 @@ def test_tiny_runs_get_their_own_columns_and_no_paper_comparison() -> None:
     assert est["weighted measured"] == pytest.approx(round(100 * (0.35 * 54 + 0.175 * 46) / 100, 1))
     assert math.isnan(est["weighted paper"]) and math.isnan(est["delta paper"])
     grpo = _row(table, "tiny-arith", "standard", "grpo-n4")
-    assert est["delta grpo-n4"] == pytest.approx(round(est["weighted measured"] - grpo["weighted measured"], 1))
+    assert grpo["weighted measured"] == pytest.approx(23.1)  # 100 * (0.30 * 54 + 0.15 * 46) / 100
+    # paired at full precision, then rounded: 26.95 - 23.10 = 3.85 -> 3.8 or 3.9 (binary rounding)
+    assert est["delta grpo-n4"] == pytest.approx(3.85, abs=0.051) and est["n_paired"] == 1
     assert table.iloc[-1]["backbone"] == "tiny-arith"  # catalog order: paper backbones first
 
 
@@ -285,6 +317,7 @@ def test_step_time_relative_cost_beside_the_paper(training_df) -> None:
 def test_sampling_table_means_and_seq_only_unresolved() -> None:
     def step(total: float, signal: float, zero: float, extra: float, unresolved: float | None = None) -> dict:
         out = {
+            "sampler/update_size": 32.0,  # every method trains on 4 responses for each of the 8 prompts
             "sampler/prompts": 8.0,
             "sampler/responses_total": total,
             "sampler/responses_per_prompt": total / 8,
@@ -312,10 +345,11 @@ def test_sampling_table_means_and_seq_only_unresolved() -> None:
     assert seq["signal share %"] == pytest.approx(93.8, abs=0.05)  # mean(87.5, 100)
     assert seq["unresolved share %"] == pytest.approx(18.8, abs=0.05)  # mean((2/8 + 4/8) / 2, 0)
     assert seq["additional samples per step"] == 53.0
+    assert seq["update responses per step"] == 32.0 and grpo["update responses per step"] == 32.0
     est = _row(table, "tiny-arith", "standard", "est")
     assert est[list(tables.SAMPLING_COLUMNS)].isna().all()
     assert tables.missing_measured(table) == ["tiny-arith/standard/est"]
-    assert "| tiny-arith | standard | est | 1 | — | — | — | — | — | — |" in tables.to_markdown(table)
+    assert "| tiny-arith | standard | est | 1 | — | — | — | — | — | — | — |" in tables.to_markdown(table)
 
 
 # ------------------------------------------------------------------------------ renderings
@@ -327,15 +361,16 @@ def test_renderings_carry_the_numbers_and_escape_latex(eval_df, tmp_path) -> Non
     lines = markdown.splitlines()
     assert lines[0].startswith("| backbone | prompt_set | method | n_seeds | math500 measured | math500 paper |")
     assert lines[1].startswith("| --- | --- | --- | ---: | ---: |")
-    assert "| 48.0 | 47.6 | +0.4 | +3.0 |" in markdown
-    assert "| 45.0 | 45.3 | -0.3 | 0.0 |" in markdown
+    assert "| 48.0 | — | 47.6 | +0.4 | +4.0 | — | 1 |" in markdown
+    assert "| 45.0 | [32.3, 57.7] | 45.3 | -0.3 | 0.0 | [0.0, 0.0] | 2 |" in markdown
 
     latex = tables.to_latex(table)
     assert latex.startswith("\\begin{tabular}{lllr")
     assert "\\toprule" in latex and "\\midrule" in latex and latex.rstrip().endswith("\\end{tabular}")
     assert "prompt\\_set" in latex and "minerva\\_math measured" in latex
     assert "prompt_set" not in latex.replace("prompt\\_set", "")
-    assert "48.0 & 47.6 & +0.4 & +3.0 \\\\" in latex
+    assert "48.0 & -- & 47.6 & +0.4 & +4.0 & -- & 1 \\\\" in latex
+    assert "[32.3, 57.7]" in latex and "weighted measured 95\\% CI" in latex
     assert "--" in latex and "—" not in latex
     assert tables.latex_escape("a_b 50% & #1 $x$") == "a\\_b 50\\% \\& \\#1 \\$x\\$"
 
@@ -345,6 +380,8 @@ def test_renderings_carry_the_numbers_and_escape_latex(eval_df, tmp_path) -> Non
     back = pd.read_csv(path, na_values=["—"])
     seq = back[back["method"] == "seq-balance"].iloc[0]
     assert seq["weighted measured"] == 48.0 and seq["delta paper"] == 0.4
+    grpo = back[back["method"] == "grpo-n4"].iloc[0]
+    assert (grpo["weighted measured 95% low"], grpo["weighted measured 95% high"]) == (32.3, 57.7)
     est = back[back["method"] == "est"].iloc[0]
     assert math.isnan(est["delta paper"])
     assert ",—," in text
@@ -354,7 +391,7 @@ def test_renderings_carry_the_numbers_and_escape_latex(eval_df, tmp_path) -> Non
     console = Console(width=300, record=True)
     console.print(tables.to_rich(table, "Table 1"))
     shown = console.export_text()
-    assert "+0.4" in shown and "47.6" in shown and "—" in shown
+    assert "+0.4" in shown and "47.6" in shown and "—" in shown and "[32.3, 57.7]" in shown
 
 
 # ------------------------------------------------------------------------------ command line
@@ -392,14 +429,14 @@ def test_cli_renders_writes_and_says_what_is_missing(repro_main, eval_df, traini
     results = _write_results(tmp_path / "results", eval_df, training_df)
     assert repro_main(["table", "weighted-average", "--results", str(results), "--format", "markdown"]) == 0
     captured = capsys.readouterr()
-    assert "| 48.0 | 47.6 | +0.4 | +3.0 |" in captured.out
+    assert "| 48.0 | — | 47.6 | +0.4 | +4.0 | — | 1 |" in captured.out
     assert "no measured run" in captured.err and "qwen2.5-math-7b (all 6)" in captured.err
     assert len(captured.err.strip().splitlines()) == 1
 
     out = tmp_path / "gen" / "table1.tex"
     argv = ["table", "weighted-average", "--results", str(results), "--format", "latex", "--out", str(out)]
     assert repro_main([*argv, "--prompt-set", "standard"]) == 0
-    assert "48.0 & 47.6 & +0.4 & +3.0" in out.read_text()
+    assert "48.0 & -- & 47.6 & +0.4 & +4.0 & -- & 1" in out.read_text()
     assert capsys.readouterr().out == ""
 
     assert repro_main(["table", "step-time", "--results", str(results)]) == 0

@@ -3,7 +3,8 @@
 Three builders return one DataFrame each, ready for any renderer:
 
 - `weighted_average_table`: Table 1, Ave@k per benchmark and the weighted average, measured beside the
-  paper, with the delta to the paper and to the same backbone and prompt set's GRPO-n4.
+  paper, with the delta to the paper and the paired difference to the same backbone and prompt set's
+  GRPO-n4, each with its 95% interval over seeds (`repro.report.stats`: Student t, because seeds are few).
 - `step_time_table`: Table 2, seconds per training step and the cost relative to GRPO-n4.
 - `sampling_table`: what the samplers did per step (responses, signal and zero-variance shares, Seq's
   unresolved prompts, additional samples).
@@ -18,6 +19,11 @@ without a run is missing (NaN), never zero; every renderer prints it as "—" (L
 names say where a number comes from: "... measured" and "... paper". `missing_measured` lists the rows
 a table holds without any measured number.
 
+Intervals are two columns in the DataFrame, "<x> 95% low" and "<x> 95% high" (numbers, so the CSV keeps
+them); the markdown, LaTeX and terminal renderers print the pair as one column "<x> 95% CI" reading
+"[low, high]", and "—" where there is no interval (one seed, or one seed in common).
+`weighted_by_seed` and `paired_difference` give the same numbers at full precision (for `repro report`).
+
 Renderers: `to_markdown`, `to_latex` (booktabs, written by hand), `to_csv` and `to_rich`.
 """
 
@@ -31,9 +37,12 @@ import pandas as pd
 
 from repro import paper
 from repro.errors import ReproError
+from repro.report import stats
 from repro.report.schema import RUN_KEYS, WEIGHTED_AVERAGE
 
 __all__ = [
+    "CI_HIGH",
+    "CI_LOW",
     "GROUP_KEYS",
     "MISSING",
     "MISSING_LATEX",
@@ -41,14 +50,17 @@ __all__ = [
     "SAMPLING_COLUMNS",
     "latex_escape",
     "missing_measured",
+    "paired_difference",
     "row_label",
     "sampling_table",
+    "sorted_backbones",
     "step_time_table",
     "to_csv",
     "to_latex",
     "to_markdown",
     "to_rich",
     "weighted_average_table",
+    "weighted_by_seed",
 ]
 
 GROUP_KEYS = ("backbone", "prompt_set", "method")
@@ -60,6 +72,10 @@ WEIGHTED_MEASURED = "weighted measured"
 WEIGHTED_PAPER = "weighted paper"
 DELTA_PAPER = "delta paper"
 DELTA_REFERENCE = f"delta {REFERENCE_METHOD}"
+CI_LOW = " 95% low"  # suffixes of an interval's two columns; renderers print the pair as "<x> 95% CI"
+CI_HIGH = " 95% high"
+CI_SHOWN = " 95% CI"
+N_PAIRED = "n_paired"
 STEP_TIMING = "timing_s/step"
 
 # builders record per-column decimals and the measured columns in DataFrame.attrs
@@ -114,6 +130,13 @@ def _sort(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
         return frame.reset_index(drop=True)
     ranks = {k: _rank(frame[k].unique(), k) for k in keys}
     return frame.sort_values(list(keys), key=lambda col: col.map(ranks[col.name])).reset_index(drop=True)
+
+
+def sorted_backbones(names: Iterable[str]) -> list[str]:
+    """Backbone names in display order: the catalog's first, then unknown ones alphabetically."""
+    names = set(map(str, names))
+    ranks = _rank(names, "backbone")
+    return sorted(names, key=ranks.__getitem__)
 
 
 def _sorted_benchmarks(names: Iterable[str]) -> list[str]:
@@ -202,16 +225,25 @@ def _fill_paper_twins(table: pd.DataFrame, twins: dict[tuple[str, str, str], tup
             table.loc[index, columns] = reported.loc[twin, columns].to_numpy(dtype=float)
 
 
-def _measured_rows(eval_df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """Per (backbone, prompt_set, method): seeds averaged, in percent; and the benchmarks measured."""
+def _is_trained(frame: pd.DataFrame) -> pd.Series:
+    """Rows of trained runs (not a released checkpoint or base model evaluated by name): only these pair by seed."""
+    if "origin" not in frame.columns:
+        return pd.Series(True, index=frame.index)
+    from repro.report.collect import ORIGIN_RUN
+
+    origin = frame["origin"]
+    return origin.isna() | (origin == ORIGIN_RUN)
+
+
+def _per_run(eval_df: pd.DataFrame) -> tuple[pd.Series, pd.DataFrame]:
+    """Each run's Ave@k per benchmark (a Series on keys, run, benchmark) and one row per run: keys, run, seed,
+    trained, benchmarks (the measured ones, comma-joined: what its weighted average covers) and weighted
+    (a fraction: the run's weighted average as collect wrote it, else computed from its benchmarks)."""
     keys = list(GROUP_KEYS)
-    if eval_df.empty:
-        return pd.DataFrame(columns=[*keys, "n_seeds", WEIGHTED_MEASURED]), []
-    frame = eval_df.assign(ave_at_k=pd.to_numeric(eval_df["ave_at_k"], errors="coerce"))
+    frame = eval_df.assign(ave_at_k=pd.to_numeric(eval_df["ave_at_k"], errors="coerce"), trained=_is_trained(eval_df))
     is_weighted = frame["benchmark"] == WEIGHTED_AVERAGE
     bench = frame[~is_weighted]
     per_run_bench = bench.groupby([*keys, "run", "benchmark"], sort=False)["ave_at_k"].mean()
-    benchmarks = _sorted_benchmarks(per_run_bench.index.get_level_values("benchmark").unique())
 
     # the run's weighted average as collect wrote it; computed from its benchmarks where that row is absent
     weighted = frame[is_weighted].groupby([*keys, "run"], sort=False)["ave_at_k"].mean()
@@ -223,14 +255,115 @@ def _measured_rows(eval_df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         computed = sums["product"] / sums["problems"]
         weighted = weighted.combine_first(computed)
 
-    runs = frame.groupby(keys, sort=False)["run"].nunique().rename("n_seeds")
+    runs = frame.groupby([*keys, "run"], sort=False).agg(seed=("seed", "first"), trained=("trained", "all"))
+    measured = per_run_bench.dropna().reset_index()
+    covers = measured.groupby([*keys, "run"], sort=False)["benchmark"].agg(lambda b: ",".join(_sorted_benchmarks(b)))
+    runs["benchmarks"] = covers.reindex(runs.index).fillna("")
+    runs["weighted"] = weighted.reindex(runs.index).astype(float)
+    return per_run_bench, runs.reset_index()
+
+
+def _measured_rows(eval_df: pd.DataFrame) -> tuple[pd.DataFrame, list[str], pd.DataFrame]:
+    """Per (backbone, prompt_set, method): seeds averaged, in percent; the benchmarks measured; the per-run rows."""
+    keys = list(GROUP_KEYS)
+    if eval_df.empty:
+        empty_runs = pd.DataFrame(columns=[*keys, "run", "seed", "trained", "benchmarks", "weighted"])
+        return pd.DataFrame(columns=[*keys, "n_seeds", WEIGHTED_MEASURED]), [], empty_runs
+    per_run_bench, runs = _per_run(eval_df)
+    benchmarks = _sorted_benchmarks(per_run_bench.index.get_level_values("benchmark").unique())
+
+    n_runs = eval_df.groupby(keys, sort=False)["run"].nunique().rename("n_seeds")
     by_bench = per_run_bench.groupby([*keys, "benchmark"]).mean().unstack("benchmark")
     by_bench = by_bench.reindex(columns=benchmarks).rename(columns=lambda b: f"{b} measured")
-    out = pd.concat([runs, by_bench, weighted.groupby(keys).mean().rename(WEIGHTED_MEASURED)], axis=1)
+    weighted = runs.groupby(keys)["weighted"].mean().rename(WEIGHTED_MEASURED)
+    out = pd.concat([n_runs, by_bench, weighted], axis=1)
     measured = [c for c in out.columns if c != "n_seeds"]
     out[measured] = _percent(out[measured])
     out.columns.name = None
-    return out.reset_index(), benchmarks
+    return out.reset_index(), benchmarks, runs
+
+
+def _by_seed(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per-run rows -> one row per (keys, seed) in percent at full precision; runs of one seed are averaged."""
+    keys = list(GROUP_KEYS)
+    columns = [*keys, "seed", "trained", "benchmarks", "weighted"]
+    if runs.empty:
+        return pd.DataFrame(columns=columns)
+    grouped = runs.groupby([*keys, "seed"], sort=False, dropna=False)
+    out = grouped.agg(
+        trained=("trained", "all"),
+        benchmarks=("benchmarks", lambda b: ",".join(sorted(set(b))) if b.nunique() > 1 else b.iloc[0]),
+        weighted=("weighted", "mean"),
+    )
+    out["weighted"] = out["weighted"].astype(float) * 100
+    return out.reset_index()[columns]
+
+
+def weighted_by_seed(
+    eval_df: pd.DataFrame, prompt_set: str | None = None, checkpoint: str | int = "final"
+) -> pd.DataFrame:
+    """One row per (backbone, prompt_set, method, seed): the weighted Ave@k in percent at full precision,
+    `trained` (False for a released checkpoint or base model evaluated by name: they have no seed to pair)
+    and `benchmarks` (the benchmarks that weighted average covers, comma-joined)."""
+    _require(eval_df, [*RUN_KEYS, "checkpoint_step", "benchmark", "ave_at_k"], "eval")
+    selected = _filter_prompt_set(_select_checkpoint(eval_df, checkpoint), prompt_set)
+    return _by_seed(_measured_rows(selected)[2])
+
+
+def paired_difference(
+    by_seed: pd.DataFrame, backbone: str, prompt_set: str, method: str, reference: str = REFERENCE_METHOD
+) -> stats.Interval:
+    """The t interval of d_s = weighted(method, s) - weighted(reference, s), percentage points, over the
+    seeds both trained runs have with the same benchmarks measured (same backbone and prompt set: the same
+    data order). n = 0 when they share no such seed; no interval when they share one."""
+    cell = by_seed[(by_seed["backbone"] == backbone) & (by_seed["prompt_set"] == prompt_set)]
+    cell = cell[cell["trained"].astype(bool)]
+
+    def per_seed(name: str) -> dict:
+        rows = cell[cell["method"] == name]
+        return {s: (float(w), b) for s, w, b in zip(rows["seed"], rows["weighted"], rows["benchmarks"], strict=True)}
+
+    mine, theirs = per_seed(method), per_seed(reference)
+    like = [s for s in mine if s in theirs and mine[s][1] == theirs[s][1]]
+    return stats.paired_interval({s: mine[s][0] for s in like}, {s: theirs[s][0] for s in like})
+
+
+def _seed_intervals(table: pd.DataFrame, by_seed: pd.DataFrame) -> None:
+    """The 95% interval of the weighted average over seeds and the paired difference to GRPO-n4 (in place)."""
+    keys = list(GROUP_KEYS)
+    groups = {key: frame["weighted"] for key, frame in by_seed.groupby(keys, sort=False)} if len(by_seed) else {}
+    weighted = [stats.t_interval(groups.get(tuple(k), ())) for k in table[keys].itertuples(index=False)]
+    table[WEIGHTED_MEASURED + CI_LOW] = [round(i.low, 1) for i in weighted]
+    table[WEIGHTED_MEASURED + CI_HIGH] = [round(i.high, 1) for i in weighted]
+
+    trained = set(map(tuple, by_seed.loc[by_seed["trained"].astype(bool), keys].itertuples(index=False)))
+    deltas, lows, highs, counts = [], [], [], []
+    for backbone, prompt_set, method in table[keys].itertuples(index=False):
+        interval = stats.Interval(math.nan, math.nan, math.nan, 0)
+        if (backbone, prompt_set, method) in trained:
+            interval = paired_difference(by_seed, backbone, prompt_set, method)
+        deltas.append(round(interval.mean, 1))
+        lows.append(round(interval.low, 1))
+        highs.append(round(interval.high, 1))
+        counts.append(interval.n if interval.n else pd.NA)
+    table[DELTA_REFERENCE] = deltas
+    table[DELTA_REFERENCE + CI_LOW] = lows
+    table[DELTA_REFERENCE + CI_HIGH] = highs
+    table[N_PAIRED] = pd.array(counts, dtype="Int64")
+
+
+def _unpaired_reference_delta(table: pd.DataFrame, by_seed: pd.DataFrame) -> pd.Series:
+    """measured - the same backbone and prompt set's measured GRPO-n4, between the one-decimal values shown,
+    for rows with no seed to pair (released checkpoints, base models); only with the same benchmarks measured."""
+    per_bench = [c for c in table.columns if c.endswith(" measured") and c != WEIGHTED_MEASURED]
+    coverage = [tuple(row) for row in table[per_bench].notna().itertuples(index=False)]
+    pairs = list(zip(table["backbone"], table["prompt_set"], strict=True))
+    is_ref = (table["method"] == REFERENCE_METHOD).tolist()
+    ref_value = {p: v for p, v, r in zip(pairs, table[WEIGHTED_MEASURED], is_ref, strict=True) if r}
+    ref_cover = {p: c for p, c, r in zip(pairs, coverage, is_ref, strict=True) if r}
+    reference = pd.Series([ref_value.get(p, math.nan) for p in pairs], index=table.index, dtype=float)
+    like = pd.Series([ref_cover.get(p) == c for p, c in zip(pairs, coverage, strict=True)], index=table.index)
+    return (table[WEIGHTED_MEASURED] - reference).where(like).round(1)
 
 
 def weighted_average_table(
@@ -243,19 +376,26 @@ def weighted_average_table(
     """Table 1: one row per (backbone, prompt_set, method) over the paper's rows and the measured runs.
 
     Columns: the keys, `n_seeds` (measured runs averaged), per benchmark "<b> measured" and "<b> paper"
-    (only for benchmarks some row has), "weighted measured", "weighted paper", "delta paper" (measured -
-    paper) and "delta grpo-n4" (measured - the same backbone and prompt set's measured GRPO-n4), all in
-    percent with one decimal. Deltas are taken between the one-decimal values shown, and only between
-    like for like: "delta paper" needs all four paper benchmarks measured, "delta grpo-n4" the same
-    benchmarks measured in both rows. `checkpoint` is "final" (each run's highest evaluated step) or a
-    step number. `measured_only` drops the paper's rows that no run measured.
+    (only for benchmarks some row has), "weighted measured" (the mean over seeds) with "weighted measured
+    95% low/high" (its Student t interval over seeds: few seeds, see `repro.report.stats`), "weighted
+    paper", "delta paper" (measured - paper), "delta grpo-n4" with its 95% low/high and `n_paired`, all
+    in percent with one decimal.
+
+    "delta grpo-n4" is the mean paired difference d_s = x_s - x_{grpo-n4,s} over the seeds both rows
+    trained (same backbone, prompt set and seed: the same data order) with the same benchmarks measured,
+    computed at full precision and then rounded; its interval is the t interval of the d_s, missing with
+    one common seed (never a fake one). A released checkpoint or base model evaluated by name has no seed
+    to pair: its "delta grpo-n4" is its value minus GRPO-n4's mean as shown, without an interval.
+    "delta paper" is taken between the one-decimal values shown and needs all four paper benchmarks
+    measured. `checkpoint` is "final" (each run's highest evaluated step) or a step number.
+    `measured_only` drops the paper's rows that no run measured.
     """
     keys = list(GROUP_KEYS)
     if eval_df is None:
         eval_df = pd.DataFrame(columns=[*RUN_KEYS, "checkpoint_step", "benchmark", "problems", "k", "ave_at_k"])
     _require(eval_df, [*RUN_KEYS, "checkpoint_step", "benchmark", "ave_at_k"], "eval")
     selected = _filter_prompt_set(_select_checkpoint(eval_df, checkpoint), prompt_set)
-    measured, measured_benchmarks = _measured_rows(selected)
+    measured, measured_benchmarks, runs = _measured_rows(selected)
     paper_rows = _paper_rows(prompt_set)
     if measured_only:
         paper_rows = paper_rows.merge(measured[keys], on=keys, how="inner")
@@ -281,18 +421,20 @@ def weighted_average_table(
         complete = table[full].notna().all(axis=1)
     table[DELTA_PAPER] = (table[WEIGHTED_MEASURED] - table[WEIGHTED_PAPER]).where(complete).round(1)
 
-    per_bench = [c for c in table.columns if c.endswith(" measured") and c != WEIGHTED_MEASURED]
-    coverage = [tuple(row) for row in table[per_bench].notna().itertuples(index=False)]
-    pairs = list(zip(table["backbone"], table["prompt_set"], strict=True))
-    is_ref = (table["method"] == REFERENCE_METHOD).tolist()
-    ref_value = {p: v for p, v, r in zip(pairs, table[WEIGHTED_MEASURED], is_ref, strict=True) if r}
-    ref_cover = {p: c for p, c, r in zip(pairs, coverage, is_ref, strict=True) if r}
-    reference = pd.Series([ref_value.get(p, math.nan) for p in pairs], index=table.index, dtype=float)
-    like = pd.Series([ref_cover.get(p) == c for p, c in zip(pairs, coverage, strict=True)], index=table.index)
-    table[DELTA_REFERENCE] = (table[WEIGHTED_MEASURED] - reference).where(like).round(1)
+    by_seed = _by_seed(runs)
+    unpaired = _unpaired_reference_delta(table, by_seed)
+    _seed_intervals(table, by_seed)
+    trained = set(map(tuple, by_seed.loc[by_seed["trained"].astype(bool), keys].itertuples(index=False)))
+    untrained = pd.Series([tuple(k) not in trained for k in table[keys].itertuples(index=False)], index=table.index)
+    # a trained row with no seed in common keeps a missing delta; only rows with no seed to pair use the means
+    table[DELTA_REFERENCE] = pd.Series(table[DELTA_REFERENCE], dtype=float).where(~untrained, unpaired)
 
-    table = _sort(table, keys)
-    table.attrs[_DECIMALS] = dict.fromkeys([*value_columns, DELTA_PAPER, DELTA_REFERENCE], 1)
+    interval_columns = [WEIGHTED_MEASURED + CI_LOW, WEIGHTED_MEASURED + CI_HIGH]
+    delta_columns = [DELTA_REFERENCE, DELTA_REFERENCE + CI_LOW, DELTA_REFERENCE + CI_HIGH, N_PAIRED]
+    order = [*columns, WEIGHTED_MEASURED, *interval_columns, WEIGHTED_PAPER, DELTA_PAPER, *delta_columns]
+    table = _sort(table[order], keys)
+    decimals = [*value_columns, *interval_columns, DELTA_PAPER, *delta_columns[:3]]
+    table.attrs[_DECIMALS] = dict.fromkeys(decimals, 1)
     table.attrs[_MEASURED] = [c for c in table.columns if c.endswith(" measured")]
     return table
 
@@ -364,6 +506,7 @@ SAMPLING_COLUMNS: dict[str, tuple[int, bool]] = {
     "zero-variance share %": (1, True),
     "unresolved share %": (1, True),
     "additional samples per step": (1, False),
+    "update responses per step": (1, False),
 }
 
 
@@ -385,6 +528,7 @@ def _sampler_values(frame: pd.DataFrame) -> pd.DataFrame:
             "zero-variance share %": col("sampler/zero_variance_frac"),
             "unresolved share %": col("sampler/unresolved") / prompts,
             "additional samples per step": col("sampler/additional_samples"),
+            "update responses per step": col("sampler/update_size"),
         },
         index=frame.index,
     )
@@ -396,7 +540,9 @@ def sampling_table(training_df: pd.DataFrame | None, prompt_set: str | None = No
     Responses drawn per step and per prompt, the share of update groups with signal (both correct and
     wrong responses) and with zero variance, Seq's share of prompts left unresolved after all rounds
     (`sampler/unresolved` / `sampler/prompts`; missing for other methods), and the samples drawn beyond
-    each prompt's first request. Shares are percentages. Only measured runs have rows.
+    each prompt's first request, and the responses the policy update trains on (`sampler/update_size`:
+    what a step costs the update, as against what it costs to generate). Shares are percentages. Only
+    measured runs have rows.
     """
     keys = list(GROUP_KEYS)
     frame = _measured_steps(training_df, prompt_set)
@@ -482,12 +628,32 @@ def _float_formatter(decimals: int, signed: bool):
     return fmt
 
 
+def _interval_pairs(columns: Sequence[str]) -> dict[int, str]:
+    """Position of each "<x> 95% low" column followed by its "<x> 95% high" -> the shown header "<x> 95% CI"."""
+    out = {}
+    for i, column in enumerate(columns[:-1]):
+        if column.endswith(CI_LOW) and columns[i + 1] == column.removesuffix(CI_LOW) + CI_HIGH:
+            out[i] = column.removesuffix(CI_LOW) + CI_SHOWN
+    return out
+
+
 def _cells(df: pd.DataFrame, missing: str) -> tuple[list[str], list[list[str]], list[bool]]:
+    """Headers, cell texts and numeric flags; an interval's low/high columns become one "[low, high]" cell."""
     formats = _formatters(df)
+    headers = [str(c) for c in df.columns]
+    numeric = [n for n, _ in formats]
     rows = []
     for values in df.itertuples(index=False):
         rows.append([missing if _is_missing(v) else f(v) for v, (_, f) in zip(values, formats, strict=True)])
-    return [str(c) for c in df.columns], rows, [numeric for numeric, _ in formats]
+    decimals = df.attrs.get(_DECIMALS, {})
+    for i, header in sorted(_interval_pairs(headers).items(), reverse=True):
+        plain = _float_formatter(decimals.get(headers[i], 1), signed=False)
+        for row, values in zip(rows, df.itertuples(index=False), strict=True):
+            low, high = values[i], values[i + 1]
+            row[i : i + 2] = [missing if _is_missing(low) or _is_missing(high) else f"[{plain(low)}, {plain(high)}]"]
+        headers[i : i + 2] = [header]
+        numeric[i : i + 2] = [True]
+    return headers, rows, numeric
 
 
 def to_markdown(df: pd.DataFrame) -> str:

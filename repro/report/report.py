@@ -1,0 +1,331 @@
+"""results/REPORT.md: the tables, the figures, and one sentence per comparison the paper makes.
+
+The comparisons (`COMPARISONS`) are the paper's headline claims: Seq-balance against GRPO-n4, against
+GRPO-n16 (which pays 4x the update cost of n4), Seq-pos against Seq-balance, Est against GRPO-n4, and
+Seq-balance against GRPO-n4 on the hard prompt set. For each measured backbone each gets one sentence:
+the measured paired difference of the weighted Ave@k (method - reference, seed by seed: same backbone,
+prompt set and seed, so the same data order) with its Student t 95% interval and the number of seeds
+(`repro.report.stats`: seeds are few, the t interval is exact for normal seed noise and honest about
+small n, a bootstrap over 3 values is degenerate), the paper's difference of the same two weighted
+averages, and a verdict.
+
+Verdict rule (about the sign of the difference, the paper's claim; not about its size, which a miniature
+cannot be expected to match):
+
+- "agrees": the measured 95% interval excludes 0 and lies on the side of the paper's difference;
+- "disagrees": the interval excludes 0 and lies on the other side;
+- "cannot tell": the interval contains 0 (an endpoint at exactly 0 counts as containing it), or there is
+  no interval (one seed in common, or none), or the paper reports no difference (missing or 0).
+
+The paper's numbers come from `repro.paper` (Table 1 and the weighted averages of every method). A
+backbone the paper did not train (the CPU miniature tiny-arith) is compared against the paper's
+Qwen2.5-Math-1.5B rows, and the sentence says so.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from repro import paper
+from repro.report import stats, tables
+
+__all__ = [
+    "AGREES",
+    "CANNOT_TELL",
+    "COMPARISONS",
+    "DISAGREES",
+    "PAPER_STAND_IN",
+    "Comparison",
+    "build_report",
+    "comparison_sentence",
+    "figure_links",
+    "paper_difference",
+    "verdict",
+]
+
+AGREES = "agrees"
+DISAGREES = "disagrees"
+CANNOT_TELL = "cannot tell"
+PAPER_STAND_IN = "qwen2.5-math-1.5b"  # the paper's backbone a miniature is compared against
+FIGURE_SUFFIXES = (".png", ".svg")  # embedded; a .pdf of the same name is linked beside
+
+LABELS = {
+    "grpo-n4": "GRPO-n4",
+    "grpo-n8": "GRPO-n8",
+    "grpo-n16": "GRPO-n16",
+    "dapo": "DAPO",
+    "seq-pos": "Seq-pos",
+    "seq-balance": "Seq-balance",
+    "est": "Est",
+}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One claim of the paper: `method` against `reference` on `prompt_set`; `cost` adds the cost ratios."""
+
+    method: str
+    reference: str
+    prompt_set: str = "standard"
+    cost: bool = False
+
+    @property
+    def title(self) -> str:
+        where = " on the hard prompt set" if self.prompt_set == "hard" else ""
+        return f"{_label(self.method)} vs {_label(self.reference)}{where}"
+
+
+COMPARISONS = (
+    Comparison("seq-balance", "grpo-n4"),
+    Comparison("seq-balance", "grpo-n16", cost=True),
+    Comparison("seq-pos", "seq-balance"),
+    Comparison("est", "grpo-n4"),
+    Comparison("seq-balance", "grpo-n4", prompt_set="hard"),
+)
+
+
+def _label(method: str) -> str:
+    return LABELS.get(method, method)
+
+
+def _points(value: float) -> str:
+    value = round(value, 1) + 0.0  # no "-0.0"
+    return f"{value:+.1f}" if value else "0.0"
+
+
+def _number(value: float) -> str:
+    return f"{round(value, 1) + 0.0:.1f}"
+
+
+# ------------------------------------------------------------------------------------------ verdicts
+
+
+def verdict(interval: stats.Interval, paper_delta: float | None) -> str:
+    """The rule of the module docstring: the sign of the measured interval against the paper's sign."""
+    if not interval.has_interval or paper_delta is None or not math.isfinite(paper_delta) or paper_delta == 0:
+        return CANNOT_TELL
+    if interval.low <= 0 <= interval.high:
+        return CANNOT_TELL
+    return AGREES if (interval.low > 0) == (paper_delta > 0) else DISAGREES
+
+
+def _paper_weighted() -> dict[tuple[str, str, str], float]:
+    """(backbone, prompt_set, method) -> the paper's weighted Ave@32 (Table 1, then the all-methods summary)."""
+    out: dict[tuple[str, str, str], float] = {}
+    for frame in (paper.weighted_averages(), paper.table1()):  # Table 1 last: it wins where both report
+        for backbone, prompt_set, method, value in frame[[*tables.GROUP_KEYS, "weighted_average"]].itertuples(
+            index=False
+        ):
+            out[(str(backbone), str(prompt_set), str(method))] = float(value)
+    return out
+
+
+def paper_difference(backbone: str, comparison: Comparison) -> tuple[float | None, float | None, float | None, str]:
+    """(paper delta, paper method value, paper reference value, the paper backbone used): the backbone itself
+    when the paper trained it, else PAPER_STAND_IN. Values are None where the paper reports none."""
+    reported = _paper_weighted()
+    backbones = {key[0] for key in reported}
+    source = backbone if backbone in backbones else PAPER_STAND_IN
+    mine = reported.get((source, comparison.prompt_set, comparison.method))
+    theirs = reported.get((source, comparison.prompt_set, comparison.reference))
+    delta = None if mine is None or theirs is None else round(mine - theirs, 1)
+    return delta, mine, theirs, source
+
+
+# ------------------------------------------------------------------------------------------ sentences
+
+
+def _measured_clause(by_seed: pd.DataFrame, backbone: str, comparison: Comparison) -> tuple[str, stats.Interval]:
+    interval = tables.paired_difference(
+        by_seed, backbone, comparison.prompt_set, comparison.method, comparison.reference
+    )
+    trained = by_seed[(by_seed["backbone"] == backbone) & (by_seed["prompt_set"] == comparison.prompt_set)]
+    trained = trained[trained["trained"].astype(bool)]
+    absent = [m for m in (comparison.method, comparison.reference) if not (trained["method"] == m).any()]
+    if absent:
+        cells = " and ".join(f"{backbone}/{comparison.prompt_set}/{m}" for m in absent)
+        return f"not measured (no trained run of {cells})", interval
+    if interval.n == 0:
+        return "no seed measured by both runs on the same benchmarks, so no paired difference", interval
+    if not interval.has_interval:
+        return f"measured difference {_points(interval.mean)} points on 1 seed (one seed: no interval)", interval
+    return (
+        f"measured paired difference {_points(interval.mean)} points, 95% CI "
+        f"[{_number(interval.low)}, {_number(interval.high)}] over {interval.n} seeds",
+        interval,
+    )
+
+
+def _paper_clause(backbone: str, comparison: Comparison) -> tuple[str, float | None]:
+    delta, mine, theirs, source = paper_difference(backbone, comparison)
+    if delta is None:
+        return f"the paper reports no such pair for {source}/{comparison.prompt_set}", None
+    where = f"{source}, {comparison.prompt_set}"
+    if source != backbone:
+        where += f"; {backbone} is a miniature, so compared against the paper's {source} rows"
+    return f"the paper reports {_points(delta)} points ({_number(mine)} vs {_number(theirs)}, {where})", delta
+
+
+def _ratio(mine: float, theirs: float) -> str | None:
+    if not (math.isfinite(mine) and math.isfinite(theirs)) or theirs <= 0:
+        return None
+    return f"{mine / theirs:.2f}x"
+
+
+def _cost_clause(
+    sampling: pd.DataFrame | None, step_time: pd.DataFrame | None, backbone: str, comparison: Comparison
+) -> str:
+    """What the method paid against the reference: update responses, drawn responses and seconds per step."""
+    a, b = _label(comparison.method), _label(comparison.reference)
+    parts = []
+    if sampling is not None and not sampling.empty:
+        cell = sampling[(sampling["backbone"] == backbone) & (sampling["prompt_set"] == comparison.prompt_set)]
+        rows = {m: cell[cell["method"] == m] for m in (comparison.method, comparison.reference)}
+        if all(len(r) == 1 for r in rows.values()):
+            for column, what in (
+                ("update responses per step", "responses in the update per step"),
+                ("responses per step", "responses drawn per step"),
+            ):
+                mine, theirs = (float(rows[m][column].iloc[0]) for m in (comparison.method, comparison.reference))
+                ratio = _ratio(mine, theirs)
+                if ratio is not None:
+                    parts.append(f"{ratio} {b}'s {what} ({_number(mine)} vs {_number(theirs)})")
+    if step_time is not None and not step_time.empty:
+        cell = step_time[step_time["backbone"] == backbone]
+        rows = {m: cell[cell["method"] == m] for m in (comparison.method, comparison.reference)}
+        if all(len(r) == 1 for r in rows.values()):
+            mine, theirs = (
+                float(rows[m]["seconds measured"].iloc[0]) for m in (comparison.method, comparison.reference)
+            )
+            ratio = _ratio(mine, theirs)
+            if ratio is not None:
+                parts.append(f"{ratio} its seconds per step ({mine:.2f} s vs {theirs:.2f} s)")
+    if not parts:
+        return f"Cost: no sampler metrics or step times measured for {a} and {b} on {backbone}."
+    return f"Cost: {a} used " + "; ".join(parts) + "."
+
+
+def comparison_sentence(
+    by_seed: pd.DataFrame,
+    backbone: str,
+    comparison: Comparison,
+    sampling: pd.DataFrame | None = None,
+    step_time: pd.DataFrame | None = None,
+) -> tuple[str, str]:
+    """(the sentence, its verdict) for one comparison on one backbone, from `tables.weighted_by_seed` rows."""
+    measured, interval = _measured_clause(by_seed, backbone, comparison)
+    reported, delta = _paper_clause(backbone, comparison)
+    outcome = verdict(interval, delta)
+    sentence = f"**{comparison.title}** ({backbone}, {comparison.prompt_set}): {measured}; {reported}. "
+    sentence += f"Verdict: **{outcome}**."
+    if comparison.cost:
+        sentence += " " + _cost_clause(sampling, step_time, backbone, comparison)
+    return sentence, outcome
+
+
+# ------------------------------------------------------------------------------------------ the file
+
+
+def figure_links(figures_dir: Path, relative_to: Path) -> list[str]:
+    """One markdown line per figure under `figures_dir` (PNG/SVG embedded, the PDF beside linked), with
+    paths relative to the folder REPORT.md lives in, so the report renders wherever the results travel."""
+    if not figures_dir.is_dir():
+        return []
+    figures_dir, relative_to = figures_dir.resolve(), relative_to.resolve()
+    lines = []
+    for image in sorted(p for p in figures_dir.iterdir() if p.suffix.lower() in FIGURE_SUFFIXES and p.is_file()):
+        link = Path(os.path.relpath(image, relative_to)).as_posix()
+        line = f"- {image.stem}: ![{image.stem}]({link})"
+        pdf = image.with_suffix(".pdf")
+        if pdf.is_file():
+            line += f" ([PDF]({Path(os.path.relpath(pdf, relative_to)).as_posix()}))"
+        lines.append(line)
+    return lines
+
+
+def _backbones(by_seed: pd.DataFrame) -> list[str]:
+    trained = by_seed[by_seed["trained"].astype(bool)] if len(by_seed) else by_seed
+    return tables.sorted_backbones(trained["backbone"].unique() if len(trained) else [])
+
+
+def build_report(
+    eval_df: pd.DataFrame,
+    training_df: pd.DataFrame | None = None,
+    figures: Sequence[str] = (),
+    *,
+    source: str = "results",
+    checkpoint: str | int = "final",
+) -> str:
+    """The markdown text of REPORT.md from the tidy eval (and training) tables and the figure lines."""
+    by_seed = tables.weighted_by_seed(eval_df, checkpoint=checkpoint)
+    weighted = tables.weighted_average_table(eval_df, checkpoint=checkpoint, measured_only=True)
+    sampling = tables.sampling_table(training_df) if training_df is not None else None
+    backbones = _backbones(by_seed)
+    lines = [
+        "# Reinforce-Ada reproduction: report",
+        "",
+        f"Generated by `repro report` from `{source}` (checkpoint: {checkpoint}). Accuracies are weighted Ave@k "
+        "in percent; differences are in percentage points.",
+        "",
+        "## Comparisons with the paper",
+        "",
+        "Each sentence gives the measured paired difference of the weighted average (method - reference on the "
+        "same backbone, prompt set and seed, so the same data order), its 95% Student t interval over seeds, "
+        "the number of seeds, the paper's difference, and a verdict on the sign: **agrees** (the interval "
+        "excludes 0 on the paper's side), **disagrees** (it excludes 0 on the other side), **cannot tell** (it "
+        "contains 0, or one seed gives no interval, or the paper reports no difference). The t interval "
+        "because seeds are few: it is exact for normal seed-to-seed noise and honest about small n, where a "
+        "bootstrap over 3 values is degenerate. A backbone the paper did not train (tiny-arith) is compared "
+        "against the paper's Qwen2.5-Math-1.5B rows.",
+        "",
+    ]
+    if not backbones:
+        lines += ["No trained run was measured: nothing to compare.", ""]
+    for backbone in backbones:
+        if len(backbones) > 1:
+            lines += [f"### {backbone}", ""]
+        for comparison in COMPARISONS:
+            step_time = None
+            if comparison.cost and training_df is not None:
+                step_time = tables.step_time_table(training_df, comparison.prompt_set)
+            sentence, _ = comparison_sentence(by_seed, backbone, comparison, sampling, step_time)
+            lines.append(f"- {sentence}")
+        lines.append("")
+
+    lines += [
+        "## Table 1: weighted average (measured runs)",
+        "",
+        'Ave@k in percent, mean over seeds (n_seeds); "95% CI" is the Student t interval over seeds, "—" '
+        'where one seed gives none; "delta grpo-n4" is the mean paired difference to the same backbone and '
+        "prompt set's GRPO-n4 over the seeds both trained (n_paired), with its own t interval. `repro table "
+        "weighted-average` also shows the paper's rows no run reproduced.",
+        "",
+        tables.to_markdown(weighted).rstrip("\n"),
+        "",
+    ]
+    if training_df is None:
+        lines += ["## Table 2: step time", "", "No training table in the results: run `repro collect`.", ""]
+    else:
+        step_time = tables.step_time_table(training_df, measured_only=True)
+        lines += [
+            "## Table 2: step time",
+            "",
+            "Seconds per training step (step 1, start-up, left out), mean over runs; the paper's are on 8xH100, "
+            "so compare the relative columns.",
+            "",
+            tables.to_markdown(step_time).rstrip("\n"),
+            "",
+            "## Sampling per training step",
+            "",
+            tables.to_markdown(sampling).rstrip("\n") if sampling is not None and not sampling.empty else "None.",
+            "",
+        ]
+    lines += ["## Figures", ""]
+    lines += list(figures) or ["No figures yet: run `repro plot ...` (results/figures/)."]
+    return "\n".join(lines).rstrip("\n") + "\n"
