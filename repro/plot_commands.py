@@ -62,46 +62,86 @@ def _finish(fig, missing: list[str], results: Path, out: Path | None, name: str)
             console.print(f"  - {line}", highlight=False, soft_wrap=True)
 
 
+RewardOpt = Annotated[
+    str,
+    typer.Option(
+        "--reward",
+        help=(
+            "Which reward: 'pool' = the mean over every drawn response (compares methods like with like); "
+            "'selected' = the update batch's (for Seq and DAPO the selected/balanced batch)."
+        ),
+    ),
+]
+
+
 @app.command("reward-curve")
 def reward_curve_cmd(
     results: ResultsOpt = Path(DEFAULT_RESULTS),
     out: OutOpt = None,
     window: WindowOpt = 20,
+    reward: RewardOpt = "pool",
     metric: Annotated[
-        str, typer.Option("--metric", help="Training metric on the y axis, named as logged.")
-    ] = "critic/rewards/mean",
+        str | None,
+        typer.Option("--metric", help="Draw this logged training metric instead of a reward (e.g. actor/entropy)."),
+    ] = None,
 ) -> None:
     """Training reward against step, a moving average, one panel per backbone (Figures 2 and 6).
 
-    One line per method x prompt set, seeds averaged; hard and standard runs of one method share a colour
-    and differ in line style.
+    By default the mean reward of all drawn responses; `--reward selected` draws the update batch's
+    reward instead, labelled as such. One line per method x prompt set: the mean over seeds, with a band
+    from the least to the greatest seed; hard and standard runs of one method share a colour and differ
+    in line style.
 
     Examples:
 
       repro plot reward-curve
 
-      repro plot reward-curve --window 50 --metric sampler/pool_reward_mean --out figs/reward
+      repro plot reward-curve --window 50 --reward selected --out figs/reward-selected
     """
     from repro.report import plots
 
-    fig, missing = plots.reward_curve(_table(results, "training"), metric=metric, window=window)
-    _finish(fig, missing, results, out, "reward-curve")
+    fig, missing = plots.reward_curve(_table(results, "training"), reward=reward, window=window, metric=metric)
+    _finish(fig, missing, results, out, "reward-curve" if reward == "pool" or metric else "reward-curve-selected")
 
 
 @app.command("reward-entropy")
-def reward_entropy_cmd(results: ResultsOpt = Path(DEFAULT_RESULTS), out: OutOpt = None, window: WindowOpt = 20) -> None:
-    """The reward-entropy frontier: smoothed reward against smoothed policy entropy, one line per method.
+def reward_entropy_cmd(
+    results: ResultsOpt = Path(DEFAULT_RESULTS), out: OutOpt = None, window: WindowOpt = 20, reward: RewardOpt = "pool"
+) -> None:
+    """The reward-entropy frontier: smoothed reward against smoothed policy entropy, one line per method
+    (the mean over seeds, a band of the seeds' min-max reward; the dot marks the last step).
 
     Examples:
 
       repro plot reward-entropy
 
-      repro plot reward-entropy --window 10
+      repro plot reward-entropy --window 10 --reward selected
     """
     from repro.report import plots
 
-    fig, missing = plots.reward_entropy(_table(results, "training"), window=window)
-    _finish(fig, missing, results, out, "reward-entropy")
+    fig, missing = plots.reward_entropy(_table(results, "training"), window=window, reward=reward)
+    _finish(fig, missing, results, out, "reward-entropy" if reward == "pool" else "reward-entropy-selected")
+
+
+@app.command("heldout")
+def heldout_cmd(
+    results: ResultsOpt = Path(DEFAULT_RESULTS),
+    out: OutOpt = None,
+    window: Annotated[int, typer.Option("--window", min=1, help="Moving average over evaluation points.")] = 1,
+) -> None:
+    """Held-out accuracy against step per method: the CPU trainer scores a fixed set of test-tier problems
+    every `eval_every` steps (`--set eval_every=N`, 0 = off); the mean over seeds with a min-max band.
+
+    Examples:
+
+      repro plot heldout
+
+      repro plot heldout --window 2 --out figs/heldout
+    """
+    from repro.report import plots
+
+    fig, missing = plots.heldout_curve(_table(results, "training"), window=window)
+    _finish(fig, missing, results, out, "heldout")
 
 
 @app.command("step-time")

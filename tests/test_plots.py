@@ -76,7 +76,9 @@ def _synthetic_training() -> pd.DataFrame:
                     else float(10 + rng.random() * (3 if method == "seq-pos" else 1)),
                 }
             )
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    frame["sampler/pool_reward_mean"] = np.random.default_rng(11).random(len(frame))
+    return frame
 
 
 # ---------------------------------------------------------------------------------------------- style
@@ -117,7 +119,7 @@ def test_reward_curve_plots_moving_averages_of_collected_runs(results):
     assert len(lines) == len(TINY_METHODS)
     for line in lines:
         run = training[training["method"] == line.get_label()].sort_values("step")
-        expected = run["critic/rewards/mean"].rolling(2, min_periods=1).mean()
+        expected = run["sampler/pool_reward_mean"].rolling(2, min_periods=1).mean()  # the default: every response
         np.testing.assert_allclose(line.get_xdata(), run["step"].to_numpy())
         np.testing.assert_allclose(line.get_ydata(), expected.to_numpy())
         assert to_hex(line.get_color()) == style.METHOD_COLORS[line.get_label()]
@@ -125,6 +127,25 @@ def test_reward_curve_plots_moving_averages_of_collected_runs(results):
     # the default grid is the paper's: every paper backbone is missing from the miniature
     _, default_missing = plots.reward_curve(training)
     assert any(m.startswith("backbone qwen2.5-math-1.5b: no training runs") for m in default_missing)
+
+
+def test_heldout_curve_of_collected_runs_is_the_logged_accuracy(results, tiny_runs):
+    """The tiny runs (4 steps, eval_every 10 by default) are scored at their first and last steps."""
+    _, tables = results
+    training = tables["training"]
+    fig, missing = plots.heldout_curve(training, expected=TINY_GRID)
+    assert missing == ["tiny-arith: no training runs of dapo, seq-pos"]
+    (ax,) = _axes(fig)
+    for line in _data_lines(ax):
+        run = f"tiny-arith__{line.get_label()}__standard__s0"
+        logged = {}
+        for text in (tiny_runs / run / "metrics" / "attempt-001.jsonl").read_text().splitlines():
+            record = json.loads(text)
+            if "heldout/accuracy" in record["data"]:
+                logged[record["step"]] = record["data"]["heldout/accuracy"]
+        assert sorted(logged) == [1, 4]
+        np.testing.assert_allclose(line.get_xdata(), [1, 4])
+        np.testing.assert_allclose(line.get_ydata(), [100 * logged[1], 100 * logged[4]], atol=1e-9)
 
 
 def test_reward_curve_averages_seeds_and_separates_prompt_sets():
@@ -135,7 +156,7 @@ def test_reward_curve_averages_seeds_and_separates_prompt_sets():
     lines = {line.get_label(): line for line in _data_lines(ax)}
     assert list(lines) == ["grpo-n4 (standard)", "grpo-n4 (hard)", "seq-pos (standard)", "seq-pos (hard)"]
     for (method, prompt_set), group in training.groupby(["method", "prompt_set"]):
-        per_step = group.groupby("step")["critic/rewards/mean"].mean().sort_index()
+        per_step = group.groupby("step")["sampler/pool_reward_mean"].mean().sort_index()
         line = lines[f"{method} ({prompt_set})"]
         np.testing.assert_allclose(line.get_ydata(), per_step.rolling(3, min_periods=1).mean().to_numpy())
         assert line.get_linestyle() == ("-" if prompt_set == "standard" else "--")
@@ -153,7 +174,7 @@ def test_reward_entropy_frontier(results):
     for line in lines:
         run = training[training["method"] == line.get_label()].sort_values("step")
         np.testing.assert_allclose(line.get_xdata(), run["actor/entropy"].rolling(3, min_periods=1).mean())
-        np.testing.assert_allclose(line.get_ydata(), run["critic/rewards/mean"].rolling(3, min_periods=1).mean())
+        np.testing.assert_allclose(line.get_ydata(), run["sampler/pool_reward_mean"].rolling(3, min_periods=1).mean())
     # the same method has the same colour here, in the reward curve and in the step-time bars
     curve, _ = plots.reward_curve(training)
     bars, _ = plots.step_time(training)
@@ -163,6 +184,153 @@ def test_reward_entropy_frontier(results):
     ticks = [t.get_text() for t in bar_ax.get_xticklabels()]
     (measured,) = bar_ax.containers
     assert {m: to_hex(p.get_facecolor()) for m, p in zip(ticks, measured.patches, strict=True)} == colours
+
+
+def _two_seeds() -> pd.DataFrame:
+    """Two seeds each of grpo-n4 and seq-balance on tiny-arith, 5 steps, with hand-picked values: the pool
+    reward differs from the update batch's (Seq selects), held-out accuracy is logged at steps 1, 3 and 5."""
+    pool = {("grpo-n4", 0): [0.1, 0.2, 0.3, 0.4, 0.5], ("grpo-n4", 1): [0.3, 0.2, 0.1, 0.6, 0.7]}
+    pool |= {("seq-balance", 0): [0.2, 0.2, 0.4, 0.4, 0.6], ("seq-balance", 1): [0.0, 0.4, 0.4, 0.8, 0.6]}
+    heldout = {("grpo-n4", 0): [0.25, 0.5, 0.5], ("grpo-n4", 1): [0.75, 0.25, 1.0]}
+    heldout |= {("seq-balance", 0): [0.0, 0.5, 0.75], ("seq-balance", 1): [0.5, 0.5, 0.25]}
+    rows = []
+    for (method, seed), values in pool.items():
+        for step, value in enumerate(values, start=1):
+            rows.append(
+                {
+                    "run": f"tiny-arith__{method}__standard__s{seed}",
+                    "backbone": "tiny-arith",
+                    "method": method,
+                    "prompt_set": "standard",
+                    "seed": seed,
+                    "step": step,
+                    "sampler/pool_reward_mean": value,
+                    "critic/rewards/mean": value if method == "grpo-n4" else 0.5,  # Seq's balanced batch
+                    "actor/entropy": 1.0 - 0.1 * step + 0.05 * seed,
+                    "heldout/accuracy": heldout[(method, seed)][(step - 1) // 2] if step % 2 else math.nan,
+                    "heldout/n": 256.0 if step % 2 else math.nan,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _band(ax, label: str) -> dict[float, tuple[float, float]]:
+    """x -> (lowest y, highest y) of the one band (a PolyCollection from fill_between) of `label`."""
+    from matplotlib.collections import PolyCollection
+
+    (band,) = [c for c in ax.collections if isinstance(c, PolyCollection) and c.get_label().startswith(f"_{label} ")]
+    out: dict[float, list[float]] = {}
+    for x, y in band.get_paths()[0].vertices:
+        out.setdefault(round(float(x), 9), []).append(float(y))
+    return {x: (min(ys), max(ys)) for x, ys in out.items()}
+
+
+def _seed_curves(frame: pd.DataFrame, method: str, column: str, window: int) -> pd.DataFrame:
+    """step x seed: each seed's own trailing moving average over the steps it logged `column`."""
+    part = frame[frame["method"] == method].dropna(subset=[column])
+    return part.pivot(index="step", columns="seed", values=column).apply(lambda s: s.dropna().rolling(window, 1).mean())
+
+
+def test_reward_curve_is_the_seed_mean_of_the_pool_reward_with_a_min_max_band():
+    training = _two_seeds()
+    fig, missing = plots.reward_curve(training, window=2, expected={})
+    assert missing == []
+    (ax,) = _axes(fig)
+    assert ax.get_ylabel() == "mean reward of all drawn responses (2-step avg.)"
+    assert "all drawn responses" in fig.get_suptitle()
+    assert _legend(ax) == ["grpo-n4", "seq-balance"] and ax.get_legend().get_title().get_text() == plots.BAND_LEGEND
+    assert any("band: min-max over seeds" in t.get_text() for t in fig.texts)
+    lines = {line.get_label(): line for line in _data_lines(ax)}
+    # worked by hand for grpo-n4: seed 0 smoothed = .1 .15 .25 .35 .45; seed 1 = .3 .25 .15 .35 .65
+    np.testing.assert_allclose(lines["grpo-n4"].get_ydata(), [0.2, 0.2, 0.2, 0.35, 0.55], atol=1e-12)
+    band = _band(ax, "grpo-n4")
+    np.testing.assert_allclose(
+        [band[x] for x in (1, 2, 3, 4, 5)],
+        [(0.1, 0.3), (0.15, 0.25), (0.15, 0.25), (0.35, 0.35), (0.45, 0.65)],
+        atol=1e-12,
+    )
+    for method in ("grpo-n4", "seq-balance"):
+        curves = _seed_curves(training, method, "sampler/pool_reward_mean", 2)
+        np.testing.assert_allclose(lines[method].get_xdata(), curves.index.to_numpy())
+        np.testing.assert_allclose(lines[method].get_ydata(), curves.mean(axis=1).to_numpy(), atol=1e-12)
+        band = _band(ax, method)
+        np.testing.assert_allclose([band[x][0] for x in curves.index], curves.min(axis=1), atol=1e-12)
+        np.testing.assert_allclose([band[x][1] for x in curves.index], curves.max(axis=1), atol=1e-12)
+        assert to_hex(lines[method].get_color()) == style.METHOD_COLORS[method]
+
+
+def test_selected_reward_is_drawn_only_when_asked_and_labelled_as_the_selected_batch():
+    training = _two_seeds()
+    fig, _ = plots.reward_curve(training, reward="selected", window=1, expected={})
+    (ax,) = _axes(fig)
+    assert ax.get_ylabel() == "mean reward of the selected update batch (1-step avg.)"
+    assert fig.get_suptitle().startswith("Mean reward of the selected update batch against step")
+    seq = next(line for line in _data_lines(ax) if line.get_label() == "seq-balance")
+    np.testing.assert_allclose(seq.get_ydata(), [0.5] * 5)  # the balanced batch, not the pool's 0.1 ... 0.7
+    frontier, _ = plots.reward_entropy(training, window=1, reward="selected", expected={})
+    assert _axes(frontier)[0].get_ylabel().startswith("mean reward of the selected update batch")
+    with pytest.raises(ReproError, match="--reward must be one of pool, selected"):
+        plots.reward_curve(training, reward="update")
+
+
+def test_a_run_without_the_pool_reward_falls_back_only_for_uniform_grpo():
+    training = _two_seeds().drop(columns=["sampler/pool_reward_mean"])
+    fig, missing = plots.reward_curve(training, window=1, expected={})
+    (ax,) = _axes(fig)
+    (line,) = _data_lines(ax)
+    assert line.get_label() == "grpo-n4"  # its update batch is its pool: every response is kept
+    grpo = training[training["method"] == "grpo-n4"]
+    np.testing.assert_allclose(line.get_ydata(), grpo.groupby("step")["critic/rewards/mean"].mean())
+    notes = "\n".join(t.get_text() for t in fig.texts)
+    assert "tiny-arith__grpo-n4__standard__s0: no sampler/pool_reward_mean; critic/rewards/mean drawn" in notes
+    assert "equal by construction (uniform GRPO)" in notes
+    assert missing == [
+        f"run tiny-arith__seq-balance__standard__s{s}: no sampler/pool_reward_mean (its critic/rewards/mean is the "
+        "update batch's, not all responses')"
+        for s in (0, 1)
+    ] + ["tiny-arith seq-balance (standard): no values of mean reward of all drawn responses"]
+
+
+def test_heldout_curve_is_the_seed_mean_in_percent_with_a_min_max_band(tmp_path):
+    training = _two_seeds()
+    fig, missing = plots.heldout_curve(training, expected={})
+    assert missing == []
+    _assert_labelled(fig)
+    (ax,) = _axes(fig)
+    assert ax.get_ylabel() == "held-out accuracy (%)" and "256 responses per evaluation" in fig.get_suptitle()
+    lines = {line.get_label(): line for line in _data_lines(ax)}
+    np.testing.assert_allclose(lines["grpo-n4"].get_xdata(), [1, 3, 5])
+    np.testing.assert_allclose(lines["grpo-n4"].get_ydata(), [50.0, 37.5, 75.0], atol=1e-9)
+    np.testing.assert_allclose(lines["seq-balance"].get_ydata(), [25.0, 50.0, 50.0], atol=1e-9)
+    for method, expected in (
+        ("grpo-n4", [(25, 75), (25, 50), (50, 100)]),
+        ("seq-balance", [(0, 50), (50, 50), (25, 75)]),
+    ):
+        band = _band(ax, method)
+        assert sorted(band) == [1.0, 3.0, 5.0]
+        np.testing.assert_allclose([band[x] for x in sorted(band)], expected, atol=1e-9)
+    paths = style.save(fig, tmp_path / "heldout")
+    assert all(p.stat().st_size > 1000 for p in paths)
+    _, lacking = plots.heldout_curve(training.drop(columns=["heldout/accuracy"]), expected={})
+    assert lacking == ["no run logged 'heldout/accuracy' (a CPU run with eval_every > 0 does)"]
+
+
+def test_reward_entropy_frontier_is_the_seed_mean_with_a_reward_band():
+    training = _two_seeds()
+    fig, missing = plots.reward_entropy(training, window=2, expected={})
+    assert missing == []
+    (ax,) = _axes(fig)
+    for method in ("grpo-n4", "seq-balance"):
+        line = next(line for line in _data_lines(ax) if line.get_label() == method)
+        entropy = _seed_curves(training, method, "actor/entropy", 2)
+        reward = _seed_curves(training, method, "sampler/pool_reward_mean", 2)
+        np.testing.assert_allclose(line.get_xdata(), entropy.mean(axis=1), atol=1e-12)
+        np.testing.assert_allclose(line.get_ydata(), reward.mean(axis=1), atol=1e-12)
+        band = _band(ax, method)
+        lows = [band[round(float(x), 9)][0] for x in entropy.mean(axis=1)]
+        np.testing.assert_allclose(lows, reward.min(axis=1), atol=1e-12)
+        assert [band[round(float(x), 9)][1] for x in entropy.mean(axis=1)] == pytest.approx(list(reward.max(axis=1)))
+    assert any("band: min-max over seeds" in t.get_text() for t in fig.texts)
 
 
 def test_step_time_bars_are_means_without_step_one(results):
@@ -348,5 +516,15 @@ def test_cli_writes_figures_and_lists_what_is_missing(results, tiny_runs, tmp_pa
     result = runner.invoke(plot_commands.app, ["signal-loss", "--results", str(folder), "--runs-root", str(tiny_runs)])
     assert result.exit_code == 0, result.output
     assert (folder / "figures" / "signal-loss.pdf").stat().st_size > 0
+    result = runner.invoke(plot_commands.app, ["heldout", "--results", str(folder)])
+    assert result.exit_code == 0, result.output
+    assert (folder / "figures" / "heldout.png").stat().st_size > 1000
+    result = runner.invoke(plot_commands.app, ["reward-curve", "--results", str(folder), "--reward", "selected"])
+    assert result.exit_code == 0, result.output
+    assert (folder / "figures" / "reward-curve-selected.pdf").stat().st_size > 1000
+    result = runner.invoke(plot_commands.app, ["reward-entropy", "--results", str(folder), "--reward", "batch"])
+    assert isinstance(result.exception, ReproError) and "--reward must be one of pool, selected" in str(
+        result.exception
+    )
     help_text = runner.invoke(plot_commands.app, ["passk", "--help"]).output
     assert "Examples" in help_text and "repro plot passk" in help_text

@@ -11,6 +11,9 @@ from typing import Any
 
 from repro import catalog
 from repro.errors import ReproError
+from repro.tasks.tiny_arith import TIERS
+
+HELDOUT_MAX_PER_TIER = min(int(t["size"]) for t in TIERS.values())
 
 # name -> (CPU value, why); the paper's value is read from the catalog when one exists
 CPU_SCALING: dict[str, tuple[Any, str]] = {
@@ -43,6 +46,11 @@ class CpuTrainConfig:
     max_response_length: int
     save_freq: int = 10
     threads: int = 2
+    # held-out accuracy (repro.local.heldout): steps between evaluations (0 = off), problems per test
+    # tier (4 tiers), responses per problem; 64 x 4 responses cost a fraction of one training step
+    eval_every: int = 10
+    heldout_per_tier: int = 16
+    heldout_samples: int = 4
 
     @classmethod
     def from_catalog(cls, overrides: dict[str, Any]) -> CpuTrainConfig:
@@ -75,6 +83,12 @@ class CpuTrainConfig:
             raise ReproError(
                 f"--batch {cfg.train_prompt_batch_size} must be a multiple of the PPO mini-batch "
                 f"{cfg.ppo_mini_batch_size}; pick e.g. --batch {cfg.ppo_mini_batch_size * 4}"
+            )
+        if cfg.eval_every < 0 or cfg.heldout_samples < 1 or not 1 <= cfg.heldout_per_tier <= HELDOUT_MAX_PER_TIER:
+            raise ReproError(
+                f"held-out evaluation needs eval_every >= 0 (0 = off), heldout_samples >= 1 and 1 <= heldout_per_tier "
+                f"<= {HELDOUT_MAX_PER_TIER} (the smallest test tier); got {cfg.eval_every}, {cfg.heldout_samples}, "
+                f"{cfg.heldout_per_tier}"
             )
         if cfg.temperature != 1.0 or cfg.top_p != 1.0:
             raise ReproError("the CPU sampler implements temperature 1.0 / top-p 1.0 only (the paper's setting)")

@@ -6,6 +6,11 @@ the project's reward function, take the update groups and advantages from the co
 log-probs with the current policy, and run the PPO mini-batch updates. A checkpoint after every step
 (model, optimizer, scheduler, data order, RNG states, Est estimator) makes a SIGKILL cost at most the
 step in flight; metrics go to one verl file-logger JSON-lines file per attempt.
+
+Every `eval_every` steps (and at the first and last) the updated model is scored on a fixed held-out
+slice of the test tiers (`repro.local.heldout`): `heldout/accuracy`, its responses `heldout/n`, and
+`timing_s/heldout`, which `timing_s/step` leaves out, so step times still compare with the paper's. It
+samples from its own generator, so it cannot change what training draws.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch
 from repro.launch.attempt import THREADS_ENV
 from repro.local.config import RunConfig
 from repro.local.generate import make_batch, response_logprobs, sample
+from repro.local.heldout import HeldoutEval, heldout_problems, is_eval_step
 from repro.local.model import quiet_transformers
 from repro.local.ppo import PPOSettings, actor_config, ppo_update, select
 from repro.reward import compute_score
@@ -128,6 +134,12 @@ class CpuTrainer:
         updates = self.train.train_prompt_batch_size // self.train.ppo_mini_batch_size
         self.actor_cfg = actor_config(self.ppo, self.train.ppo_mini_batch_size, rollout_n=self.spec.n)
         self.updates_per_step = updates
+        self.heldout: HeldoutEval | None = None
+        if self.train.eval_every:
+            problems = heldout_problems(self.train.heldout_per_tier)
+            self.heldout = HeldoutEval(
+                self.tokenizer, problems, self.train.heldout_samples, self.train.max_response_length
+            )
         self.step = 0
 
     # ---- checkpoints ---------------------------------------------------------------------------
@@ -272,8 +284,12 @@ class CpuTrainer:
         with MetricsWriter(metrics_path) as writer:
             if record is not None and record["step"] not in self.rundir.logged_steps():
                 writer.log(record["step"], record["data"])  # the checkpoint outlived its metrics line
-            for step in range(self.step + 1, self.train.total_training_steps + 1):
+            last = self.train.total_training_steps
+            for step in range(self.step + 1, last + 1):
                 metrics = self.train_step(step)
+                if self.heldout is not None and is_eval_step(step, self.train.eval_every, last):
+                    # after the update, so it scores the model saved as this step's checkpoint
+                    metrics.update(self.heldout(self.model, self.config.seed, step))
                 t0 = time.perf_counter()
                 self.save(step, metrics)
                 metrics["timing_s/save_checkpoint"] = time.perf_counter() - t0

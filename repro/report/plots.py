@@ -9,6 +9,11 @@ Conventions shared by all figures:
 - one panel per backbone (catalog order, then unknown backbones alphabetically);
 - one line per method x prompt set, seeds averaged step by step; the legend shows the method key, with
   the prompt set appended only when a panel holds more than one (the paper's hard-vs-standard figure);
+  the training curves (reward, held-out accuracy, reward-entropy) draw the mean over seeds with a band
+  spanning the least to the greatest seed, each seed smoothed first (`seed_bands`), and say so;
+- the training reward is by default the mean over every drawn response (sampler/pool_reward_mean): the
+  update batch's reward (critic/rewards/mean) is, for Seq and DAPO, the selected batch's and flatters them,
+  so it is drawn only when asked for, and labelled as the selected batch's;
 - a method has the same colour in every figure (style.METHOD_COLORS); prompt sets differ by line style;
 - accuracies (pass@k, group shares) are drawn in percent, beside the paper's percentages;
 - "expected" grids default to the paper's: for each backbone of the catalog its `paper_methods`.
@@ -36,10 +41,13 @@ __all__ = [
     "MEASURED_LABEL",
     "PAPER_LABEL",
     "SAMPLING_PANELS",
+    "heldout_curve",
     "passk",
+    "reward_column",
     "reward_curve",
     "reward_entropy",
     "sampling",
+    "seed_bands",
     "share_all_correct",
     "signal_loss",
     "step_time",
@@ -48,7 +56,15 @@ __all__ = [
 Expected = Mapping[str, Iterable[str]]
 Result = tuple[Figure, list[str]]
 
-REWARD = "critic/rewards/mean"
+REWARD = "critic/rewards/mean"  # the update batch's reward: for Seq and DAPO the selected/balanced batch
+POOL_REWARD = "sampler/pool_reward_mean"  # the reward of every response drawn in the step
+REWARD_SOURCES = {"pool": POOL_REWARD, "selected": REWARD}
+REWARD_VALUE = "reward"  # the column reward_column fills, run by run, with the reward the figure compares
+HELDOUT = "heldout/accuracy"
+HELDOUT_N = "heldout/n"
+BAND_LABEL = "band: min-max over seeds"
+BAND_LEGEND = "line = seed mean, band = seed min-max"
+BAND_ALPHA = 0.18
 ENTROPY = "actor/entropy"
 STEP_TIME = "timing_s/step"
 ADDITIONAL = "sampler/additional_samples"
@@ -69,8 +85,8 @@ MEASURED_LABEL = "this reproduction"
 PAPER_LABEL = "paper Table 2 (8xH100)"
 CORRECT_THRESHOLD = 0.5  # eval scores are 0/1; a record counts as correct above this
 _METRIC_LABELS = {
-    REWARD: "mean training reward",
-    "sampler/pool_reward_mean": "mean reward of all drawn responses",
+    REWARD: "mean reward of the selected update batch",
+    POOL_REWARD: "mean reward of all drawn responses",
     "critic/score/mean": "mean training score",
     ENTROPY: "policy entropy",
 }
@@ -197,38 +213,175 @@ def _method_lines(part: pd.DataFrame, sets: list[str], x: str) -> Iterator[tuple
         yield line, style
 
 
-def reward_curve(
-    training: pd.DataFrame, metric: str = REWARD, window: int = 20, expected: Expected | None = None
-) -> Result:
-    """Figures 2 and 6: `metric` against step, a trailing `window`-step moving average, one panel per backbone.
+def _method_kind(method: str) -> str | None:
+    from repro import catalog
 
-    One line per method x prompt set (seeds averaged at each step, then smoothed); a hard and a standard
-    run of one method share the colour and differ in line style.
+    entry = catalog.methods().get(method)
+    return None if entry is None else entry.kind
+
+
+def reward_column(training: pd.DataFrame, reward: str = "pool") -> tuple[pd.DataFrame, str, list[str], list[str]]:
+    """`training` with a REWARD_VALUE column holding, per run, the reward the figure compares.
+
+    `reward` is "pool" (the mean over every drawn response, the same population for every method) or
+    "selected" (the update batch's, which for Seq and DAPO is the selected/balanced batch and so not
+    comparable across methods). A run that never logged the pool mean (a verl GRPO run) falls back to its
+    update-batch reward only when uniform GRPO makes the two equal (it keeps every response); others are
+    left out. Returns (frame, y label, notes about fallbacks, missing lines).
+    """
+    if reward not in REWARD_SOURCES:
+        raise ReproError(f"--reward must be one of {', '.join(REWARD_SOURCES)}, got {reward!r}")
+    column = REWARD_SOURCES[reward]
+    frame = training.copy()
+    values = (
+        pd.to_numeric(frame[column], errors="coerce") if column in frame.columns else pd.Series(np.nan, frame.index)
+    )
+    notes: list[str] = []
+    missing: list[str] = []
+    if reward == "pool":
+        selected = pd.to_numeric(frame[REWARD], errors="coerce") if REWARD in frame.columns else values * np.nan
+        for run, rows in frame.groupby("run", sort=True).groups.items():
+            if values.loc[rows].notna().any():
+                continue
+            method = str(frame.loc[rows[0], "method"])
+            if _method_kind(method) == "uniform" and selected.loc[rows].notna().any():
+                values.loc[rows] = selected.loc[rows]
+                notes.append(f"{run}: no {POOL_REWARD}; {REWARD} drawn, equal by construction (uniform GRPO)")
+            else:
+                missing.append(f"run {run}: no {POOL_REWARD} (its {REWARD} is the update batch's, not all responses')")
+    frame[REWARD_VALUE] = values
+    return frame, _METRIC_LABELS[column], notes, missing
+
+
+def seed_bands(training: pd.DataFrame, columns: Sequence[str], window: int = 1) -> pd.DataFrame:
+    """Per backbone x method x prompt set x step, for each column: the mean over seeds (`<c>`), the least
+    and greatest seed (`<c>:lo`, `<c>:hi`) and the number of seeds (`seeds`).
+
+    Each run is first reduced to the steps where every column was logged and smoothed with the trailing
+    `window`-step moving average; the spread is then taken across those smoothed seed curves, so the band
+    shows how far apart the seeds' curves are, not the step-to-step noise of one seed.
+    """
+    keys = ["backbone", "method", "prompt_set", "step"]
+    cols = list(columns)
+    data = training[["run", *keys, *cols]].copy()
+    for c in cols:
+        data[c] = pd.to_numeric(data[c], errors="coerce")
+    data = data.dropna(subset=cols).sort_values(["run", "step"])
+    for c in cols:
+        data[c] = data.groupby("run", sort=False)[c].transform(lambda s: moving_average(s, window))
+    grouped = data.groupby(keys, as_index=False, sort=True)
+    out = grouped[cols].mean()
+    for c in cols:
+        out[f"{c}:lo"] = grouped[c].min()[c].to_numpy()
+        out[f"{c}:hi"] = grouped[c].max()[c].to_numpy()
+    out["seeds"] = grouped["run"].nunique()["run"].to_numpy()
+    return out
+
+
+def _note(fig: Figure, lines: Sequence[str]) -> None:
+    """Small print under the panels: what the band is and any per-run substitution the figure made."""
+    if lines:
+        fig.text(0.005, 0.0, "\n".join(lines), ha="left", va="top", fontsize=6.5, wrap=True)
+
+
+def _band_note(means: pd.DataFrame) -> str:
+    most = int(means["seeds"].max()) if len(means) else 0
+    if most > 1:
+        return f"line: mean over seeds (up to {most}); {BAND_LABEL}"
+    return "one seed per line: no band"
+
+
+def _draw_band(ax, x: np.ndarray, lo: np.ndarray, hi: np.ndarray, seeds: np.ndarray, color: str, label: str) -> None:
+    """The seed spread as a translucent PolyCollection behind the mean line (only where >1 seed)."""
+    if seeds.size and int(seeds.max()) > 1:
+        ax.fill_between(x, lo, hi, color=color, alpha=BAND_ALPHA, linewidth=0, label=f"_{label} {BAND_LABEL}")
+
+
+def _step_curves(
+    means: pd.DataFrame, column: str, ylabel: str, title: str, percent: bool = False, marker: str | None = None
+) -> Figure:
+    """One panel per backbone, one mean line + seed band per method x prompt set, against step."""
+    scale = 100.0 if percent else 1.0
+    backbones = _backbone_order(means["backbone"])
+    sets = _prompt_sets(means)
+    fig, axes = _panels(len(backbones))
+    for ax, backbone in zip(axes, backbones, strict=True):
+        part = means[means["backbone"] == backbone]
+        for line, style in _method_lines(part, sets[backbone], "step"):
+            x = line["step"].to_numpy()
+            lo, hi = line[f"{column}:lo"].to_numpy() * scale, line[f"{column}:hi"].to_numpy() * scale
+            _draw_band(ax, x, lo, hi, line["seeds"].to_numpy(), style["color"], style["label"])
+            ax.plot(x, line[column].to_numpy() * scale, marker=marker, markersize=3.5, **style)
+        ax.set_title(backbone)
+        ax.set_xlabel("training step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(ylabel)
+        ax.legend(loc="best", title=BAND_LEGEND if int(part["seeds"].max()) > 1 else None, title_fontsize=7)
+    fig.suptitle(title)
+    return fig
+
+
+def reward_curve(
+    training: pd.DataFrame,
+    reward: str = "pool",
+    window: int = 20,
+    expected: Expected | None = None,
+    metric: str | None = None,
+) -> Result:
+    """Figures 2 and 6: the training reward against step, a trailing `window`-step moving average, one
+    panel per backbone; one line per method x prompt set (the mean over seeds) with the seeds' min-max band.
+
+    By default (`reward="pool"`) the reward of every drawn response, which is what compares methods like
+    with like; `reward="selected"` draws the update batch's reward (for Seq and DAPO the selected batch,
+    higher or more balanced by design) and says so. `metric` draws any other logged column instead.
     """
     window = _window(window)
     _check(training, "training", (*RUN_KEYS, "step"))
-    title = f"Training reward against step ({window}-step moving average)"
     missing = _grid_missing(training, expected, "training runs")
-    if metric not in training.columns:
-        return _empty(title, f"no run logged {metric!r}"), [f"no run logged {metric!r}", *missing]
+    notes: list[str] = []
+    if metric is None:
+        frame, ylabel, notes, lacking = reward_column(training, reward)
+        missing += lacking
+        column = REWARD_VALUE
+    else:
+        if metric not in training.columns:
+            title = f"{metric} against step"
+            return _empty(title, f"no run logged {metric!r}"), [f"no run logged {metric!r}", *missing]
+        frame, column, ylabel = training, metric, _METRIC_LABELS.get(metric, metric)
+    title = f"{ylabel.capitalize()} against step ({window}-step moving average)"
     with plot_style():
-        means = seed_mean(training, [metric]).dropna(subset=[metric])
-        missing += _absent_metric(training, means, metric)
+        means = seed_bands(frame, [column], window)
+        missing += _absent_metric(training, means, ylabel if metric is None else metric)
         if means.empty:
-            return _empty(title, f"no values of {metric!r}"), missing
-        backbones = _backbone_order(means["backbone"])
-        sets = _prompt_sets(means)
-        fig, axes = _panels(len(backbones))
-        for ax, backbone in zip(axes, backbones, strict=True):
-            part = means[means["backbone"] == backbone]
-            for line, style in _method_lines(part, sets[backbone], "step"):
-                ax.plot(line["step"].to_numpy(), moving_average(line[metric], window).to_numpy(), **style)
-            ax.set_title(backbone)
-            ax.set_xlabel("training step")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_ylabel(_METRIC_LABELS.get(metric, metric))
-            ax.legend(loc="best")
-        fig.suptitle(f"{_METRIC_LABELS.get(metric, metric).capitalize()} against step ({window}-step moving average)")
+            return _empty(title, f"no values of {ylabel}"), missing
+        fig = _step_curves(means, column, f"{ylabel} ({window}-step avg.)", title)
+        _note(fig, [_band_note(means), *notes])
+    return fig, sorted(set(missing), key=missing.index)
+
+
+def heldout_curve(training: pd.DataFrame, window: int = 1, expected: Expected | None = None) -> Result:
+    """Held-out accuracy (percent) against step: the CPU trainer's `heldout/accuracy`, scored every
+    `eval_every` steps on problems it never trains on (repro.local.heldout); one panel per backbone, the
+    mean over seeds with the seeds' min-max band, no smoothing by default (the points are sparse)."""
+    window = _window(window)
+    _check(training, "training", (*RUN_KEYS, "step"))
+    title = "Held-out accuracy against step"
+    missing = _grid_missing(training, expected, "training runs")
+    if HELDOUT not in training.columns:
+        note = f"no run logged {HELDOUT!r} (a CPU run with eval_every > 0 does)"
+        return _empty(title, note), [note, *missing]
+    with plot_style():
+        means = seed_bands(training, [HELDOUT], window)
+        missing += _absent_metric(training, means, HELDOUT)
+        if means.empty:
+            return _empty(title, f"no values of {HELDOUT!r}"), missing
+        size = ""
+        if HELDOUT_N in training.columns:
+            counts = sorted({int(v) for v in pd.to_numeric(training[HELDOUT_N], errors="coerce").dropna()})
+            size = f", {'/'.join(map(str, counts))} responses per evaluation" if counts else ""
+        smoothed = f" ({window}-point moving average)" if window > 1 else ""
+        fig = _step_curves(means, HELDOUT, f"held-out accuracy (%){smoothed}", title + size, percent=True, marker="o")
+        _note(fig, [_band_note(means)])
     return fig, missing
 
 
@@ -246,26 +399,29 @@ def _absent_metric(training: pd.DataFrame, means: pd.DataFrame, *metrics: str) -
 def reward_entropy(
     training: pd.DataFrame,
     window: int = 20,
-    reward: str = REWARD,
+    reward: str = "pool",
     entropy: str = ENTROPY,
     expected: Expected | None = None,
 ) -> Result:
     """Figure 3, the reward-entropy frontier: smoothed reward (y) against smoothed policy entropy (x).
 
-    Both are seed-averaged and smoothed with the same trailing window over steps where both were logged;
-    a dot marks each line's last step, so the direction of training is readable.
+    `reward` is "pool" (every drawn response, the default) or "selected" (the update batch), as in
+    `reward_curve`. Each seed is smoothed with the same trailing window over the steps where it logged
+    both; the line is the mean over seeds, the band the seeds' min-max reward along it, and a dot marks
+    the last step (its error bars: the seeds' min-max of both), so the direction of training is readable.
     """
     window = _window(window)
     _check(training, "training", (*RUN_KEYS, "step"))
     title = "Reward-entropy frontier"
     missing = _grid_missing(training, expected, "training runs")
-    lacking = [c for c in (reward, entropy) if c not in training.columns]
-    if lacking:
-        note = f"no run logged {', '.join(repr(c) for c in lacking)}"
+    if entropy not in training.columns:
+        note = f"no run logged {entropy!r}"
         return _empty(title, note), [note, *missing]
+    frame, ylabel, notes, lacking = reward_column(training, reward)
+    missing += lacking
     with plot_style():
-        means = seed_mean(training, [reward, entropy]).dropna(subset=[reward, entropy])
-        missing += _absent_metric(training, means, reward, entropy)
+        means = seed_bands(frame, [REWARD_VALUE, entropy], window)
+        missing += _absent_metric(training, means, ylabel, entropy)
         if means.empty:
             return _empty(title, "no step logged both reward and entropy"), missing
         backbones = _backbone_order(means["backbone"])
@@ -274,14 +430,30 @@ def reward_entropy(
         for ax, backbone in zip(axes, backbones, strict=True):
             part = means[means["backbone"] == backbone]
             for line, style in _method_lines(part, sets[backbone], "step"):
-                x = moving_average(line[entropy], window).to_numpy()
-                y = moving_average(line[reward], window).to_numpy()
+                x, y = line[entropy].to_numpy(), line[REWARD_VALUE].to_numpy()
+                lo, hi = line[f"{REWARD_VALUE}:lo"].to_numpy(), line[f"{REWARD_VALUE}:hi"].to_numpy()
+                seeds = line["seeds"].to_numpy()
+                _draw_band(ax, x, lo, hi, seeds, style["color"], style["label"])
                 ax.plot(x, y, marker="o", markersize=3.5, markevery=[len(x) - 1], **style)
+                if int(seeds[-1]) > 1:
+                    xerr = [[x[-1] - line[f"{entropy}:lo"].iloc[-1]], [line[f"{entropy}:hi"].iloc[-1] - x[-1]]]
+                    yerr = [[y[-1] - lo[-1]], [hi[-1] - y[-1]]]
+                    ax.errorbar(
+                        x[-1:],
+                        y[-1:],
+                        xerr=xerr,
+                        yerr=yerr,
+                        color=style["color"],
+                        linewidth=0.8,
+                        capsize=2,
+                        label=f"_{style['label']} last-step spread",
+                    )
             ax.set_title(backbone)
             ax.set_xlabel(f"{_METRIC_LABELS.get(entropy, entropy)} ({window}-step moving average)")
-            ax.set_ylabel(f"{_METRIC_LABELS.get(reward, reward)} ({window}-step moving average)")
-            ax.legend(loc="best")
-        fig.suptitle(f"{title}: reward against policy entropy (dot = last step)")
+            ax.set_ylabel(f"{ylabel} ({window}-step moving average)")
+            ax.legend(loc="best", title=BAND_LEGEND if int(part["seeds"].max()) > 1 else None, title_fontsize=7)
+        fig.suptitle(f"{title}: {ylabel} against policy entropy (dot = last step)")
+        _note(fig, [_band_note(means), *notes])
     return fig, missing
 
 
