@@ -225,6 +225,11 @@ def _band(ax, label: str) -> dict[float, tuple[float, float]]:
     return {x: (min(ys), max(ys)) for x, ys in out.items()}
 
 
+def _note(fig) -> str:
+    """The figure's small print (its super x label): what the band is, and any per-run substitution."""
+    return fig.get_supxlabel()
+
+
 def _seed_curves(frame: pd.DataFrame, method: str, column: str, window: int) -> pd.DataFrame:
     """step x seed: each seed's own trailing moving average over the steps it logged `column`."""
     part = frame[frame["method"] == method].dropna(subset=[column])
@@ -236,10 +241,10 @@ def test_reward_curve_is_the_seed_mean_of_the_pool_reward_with_a_min_max_band():
     fig, missing = plots.reward_curve(training, window=2, expected={})
     assert missing == []
     (ax,) = _axes(fig)
-    assert ax.get_ylabel() == "mean reward of all drawn responses (2-step avg.)"
+    assert ax.get_ylabel() == "mean reward of all drawn responses\n(2-step moving average)"
     assert "all drawn responses" in fig.get_suptitle()
     assert _legend(ax) == ["grpo-n4", "seq-balance"] and ax.get_legend().get_title().get_text() == plots.BAND_LEGEND
-    assert any("band: min-max over seeds" in t.get_text() for t in fig.texts)
+    assert "band: min-max over seeds" in _note(fig)
     lines = {line.get_label(): line for line in _data_lines(ax)}
     # worked by hand for grpo-n4: seed 0 smoothed = .1 .15 .25 .35 .45; seed 1 = .3 .25 .15 .35 .65
     np.testing.assert_allclose(lines["grpo-n4"].get_ydata(), [0.2, 0.2, 0.2, 0.35, 0.55], atol=1e-12)
@@ -263,7 +268,7 @@ def test_selected_reward_is_drawn_only_when_asked_and_labelled_as_the_selected_b
     training = _two_seeds()
     fig, _ = plots.reward_curve(training, reward="selected", window=1, expected={})
     (ax,) = _axes(fig)
-    assert ax.get_ylabel() == "mean reward of the selected update batch (1-step avg.)"
+    assert ax.get_ylabel() == "mean reward of the selected update batch\n(1-step moving average)"
     assert fig.get_suptitle().startswith("Mean reward of the selected update batch against step")
     seq = next(line for line in _data_lines(ax) if line.get_label() == "seq-balance")
     np.testing.assert_allclose(seq.get_ydata(), [0.5] * 5)  # the balanced batch, not the pool's 0.1 ... 0.7
@@ -281,7 +286,7 @@ def test_a_run_without_the_pool_reward_falls_back_only_for_uniform_grpo():
     assert line.get_label() == "grpo-n4"  # its update batch is its pool: every response is kept
     grpo = training[training["method"] == "grpo-n4"]
     np.testing.assert_allclose(line.get_ydata(), grpo.groupby("step")["critic/rewards/mean"].mean())
-    notes = "\n".join(t.get_text() for t in fig.texts)
+    notes = _note(fig)
     assert "tiny-arith__grpo-n4__standard__s0: no sampler/pool_reward_mean; critic/rewards/mean drawn" in notes
     assert "equal by construction (uniform GRPO)" in notes
     assert missing == [
@@ -330,7 +335,7 @@ def test_reward_entropy_frontier_is_the_seed_mean_with_a_reward_band():
         lows = [band[round(float(x), 9)][0] for x in entropy.mean(axis=1)]
         np.testing.assert_allclose(lows, reward.min(axis=1), atol=1e-12)
         assert [band[round(float(x), 9)][1] for x in entropy.mean(axis=1)] == pytest.approx(list(reward.max(axis=1)))
-    assert any("band: min-max over seeds" in t.get_text() for t in fig.texts)
+    assert "band: min-max over seeds" in _note(fig)
 
 
 def test_step_time_bars_are_means_without_step_one(results):

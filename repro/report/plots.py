@@ -281,7 +281,7 @@ def seed_bands(training: pd.DataFrame, columns: Sequence[str], window: int = 1) 
 def _note(fig: Figure, lines: Sequence[str]) -> None:
     """Small print under the panels: what the band is and any per-run substitution the figure made."""
     if lines:
-        fig.text(0.005, 0.0, "\n".join(lines), ha="left", va="top", fontsize=6.5, wrap=True)
+        fig.supxlabel("\n".join(lines), fontsize=6.5)  # a super-label, so the constrained layout makes room
 
 
 def _band_note(means: pd.DataFrame) -> str:
@@ -354,7 +354,7 @@ def reward_curve(
         missing += _absent_metric(training, means, ylabel if metric is None else metric)
         if means.empty:
             return _empty(title, f"no values of {ylabel}"), missing
-        fig = _step_curves(means, column, f"{ylabel} ({window}-step avg.)", title)
+        fig = _step_curves(means, column, f"{ylabel}\n({window}-step moving average)", title)
         _note(fig, [_band_note(means), *notes])
     return fig, sorted(set(missing), key=missing.index)
 
@@ -450,7 +450,7 @@ def reward_entropy(
                     )
             ax.set_title(backbone)
             ax.set_xlabel(f"{_METRIC_LABELS.get(entropy, entropy)} ({window}-step moving average)")
-            ax.set_ylabel(f"{ylabel} ({window}-step moving average)")
+            ax.set_ylabel(f"{ylabel}\n({window}-step moving average)")
             ax.legend(loc="best", title=BAND_LEGEND if int(part["seeds"].max()) > 1 else None, title_fontsize=7)
         fig.suptitle(f"{title}: {ylabel} against policy entropy (dot = last step)")
         _note(fig, [_band_note(means), *notes])
