@@ -4,7 +4,8 @@
 #   2. the tiny-arith model and its filtered "standard" prompt set            -> $REPRO_HOME (first run only)
 #   3. the grid: all seven methods on tiny-arith (`sweeps/tiny.yaml`)          -> runs/
 #   4. Ave@32 on the four tiny-arith tiers for every run                      -> runs/*/eval/
-#   5. collect, the paper's tables beside the measured numbers, the figures   -> results/, paper_tables/generated/
+#   5. collect, the paper's tables beside the measured numbers, the figures,
+#      and results/REPORT.md (one verdict per comparison the paper makes)     -> results/, paper_tables/generated/
 # Every step is resumable: run it again after an interruption and only what is missing is done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,7 @@ done
 for figure in passk signal-loss; do  # these read the per-response eval records too
   $repro plot "$figure" --results results --runs-root "$runs" --out "results/figures/$figure"
 done
+$repro report --results results --out results/REPORT.md
 $repro table weighted-average --results results
 $repro status --runs-root "$runs" --sweep sweeps/tiny.yaml
 echo "main job done in $(( $(date +%s) - started ))s"

@@ -28,6 +28,8 @@ COMMANDS = [
     ["table", "sampling"],
     ["plot", "reward-curve"],
     ["plot", "signal-loss"],
+    ["plot", "heldout"],
+    ["report"],
     ["sweep", "run"],
     ["status"],
 ]
