@@ -33,11 +33,8 @@ BOXED_RULES = ("released", "fallback")
 BOXED_RULE = "released"  # which box the training reward grades; "fallback" is the pre-issue-13 rule
 
 
-def released_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{ (found with rfind) when its braces close, else None: the released rule."""
-    start = text.rfind("\\boxed{")
-    if start == -1:
-        return None
+def _closed_box(text: str, start: int) -> str | None:
+    """Content of the `\\boxed{` at `start` when its braces close, else None."""
     depth, i = 0, start + len("\\boxed")
     for j in range(i, len(text)):
         if text[j] == "{":
@@ -49,6 +46,12 @@ def released_boxed(text: str) -> str | None:
     return None
 
 
+def released_boxed(text: str) -> str | None:
+    """Content of the last \\boxed{ (found with rfind) when its braces close, else None: the released rule."""
+    start = text.rfind("\\boxed{")
+    return None if start == -1 else _closed_box(text, start)
+
+
 def last_boxed(text: str) -> str | None:
     """Content of the last \\boxed{...} with balanced braces, or None: the "fallback" rule.
 
@@ -56,14 +59,9 @@ def last_boxed(text: str) -> str | None:
     does not do; the training reward uses `released_boxed` unless `BOXED_RULE` says "fallback"."""
     start = text.rfind("\\boxed{")
     while start != -1:
-        depth, i = 0, start + len("\\boxed")
-        for j in range(i, len(text)):
-            if text[j] == "{":
-                depth += 1
-            elif text[j] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[i + 1 : j]
+        found = _closed_box(text, start)
+        if found is not None:
+            return found
         start = text.rfind("\\boxed{", 0, start)  # unbalanced: try an earlier one
     return None
 
