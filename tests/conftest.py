@@ -40,9 +40,8 @@ def tiny_runs(tiny_home, tmp_path_factory) -> Path:
     from repro.cli import main
 
     root = tmp_path_factory.mktemp("runs")
-    old = os.environ.get("REPRO_HOME")
-    os.environ["REPRO_HOME"] = str(tiny_home)
-    try:
+    with pytest.MonkeyPatch.context() as env:  # the session fixtures cannot take monkeypatch
+        env.setenv("REPRO_HOME", str(tiny_home))
         for method in ("grpo-n4", "seq-balance", "est"):
             assert (
                 main(
@@ -66,9 +65,4 @@ def tiny_runs(tiny_home, tmp_path_factory) -> Path:
             assert (
                 main(["eval", str(run), "--benchmarks", "tiny-minerva,tiny-aime", "--k", "4", "--pass-k", "1,2,4"]) == 0
             )
-    finally:
-        if old is None:
-            os.environ.pop("REPRO_HOME", None)
-        else:
-            os.environ["REPRO_HOME"] = old
     return root

@@ -32,20 +32,13 @@ def _training_only(data: dict) -> dict:
 @pytest.fixture(scope="module")
 def runs(tiny_home, tmp_path_factory) -> Path:
     """Two seq-balance runs of 3 steps x 8 prompts, one scoring the held-out set every 2 steps, one never."""
-    import os
 
     root = tmp_path_factory.mktemp("heldout_runs")
-    old = os.environ.get("REPRO_HOME")
-    os.environ["REPRO_HOME"] = str(tiny_home)
-    try:
+    with pytest.MonkeyPatch.context() as env:  # the session fixtures cannot take monkeypatch
+        env.setenv("REPRO_HOME", str(tiny_home))
         for name, every in (("on", 2), ("off", 0)):
             argv = ["run", "--model", "tiny-arith", "--method", "seq-balance", "--steps", str(STEPS), "--batch", "8"]
             assert main([*argv, "--set", f"eval_every={every}", "--run-dir", str(root / name)]) == 0
-    finally:
-        if old is None:
-            os.environ.pop("REPRO_HOME", None)
-        else:
-            os.environ["REPRO_HOME"] = old
     return root
 
 

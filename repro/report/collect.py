@@ -251,6 +251,20 @@ def _summary_rows(summary: dict, keys: dict[str, Any], step: int) -> list[dict]:
     return rows
 
 
+def _run_info(folder: Path, keys: dict[str, Any], state: str, **counts: Any) -> RunInfo:
+    """A runs-table row for a folder: its name, resolved path, cell keys and state, plus its counts."""
+    return RunInfo(
+        run=folder.name,
+        path=folder.resolve(),
+        backbone=keys["backbone"],
+        method=keys["method"],
+        prompt_set=keys["prompt_set"],
+        seed=keys["seed"],
+        state=state,
+        **counts,
+    )
+
+
 def _read_run(folder: Path, warnings: list[str]) -> tuple[RunInfo, list[dict], list[dict]]:
     """One run folder -> its RunInfo, training rows and eval rows; ReproError(reason) if it cannot be read."""
     run = RunDir(folder)
@@ -296,14 +310,10 @@ def _read_run(folder: Path, warnings: list[str]) -> tuple[RunInfo, list[dict], l
     if metrics.corrupt:
         warnings.append(f"{folder.name}: {metrics.corrupt} corrupt metrics line(s) skipped")
     evals, eval_steps = _eval_rows(run, keys, warnings)
-    info = RunInfo(
-        run=folder.name,
-        path=folder.resolve(),
-        backbone=keys["backbone"],
-        method=keys["method"],
-        prompt_set=keys["prompt_set"],
-        seed=keys["seed"],
-        state=state,
+    info = _run_info(
+        folder,
+        keys,
+        state,
         steps_logged=len(metrics.by_step),
         corrupt_lines=metrics.corrupt,
         duplicate_steps=metrics.duplicate_steps,
@@ -344,14 +354,10 @@ def _read_model_folder(folder: Path, warnings: list[str]) -> tuple[RunInfo, list
             warnings.append(f"{where} is unreadable ({type(exc).__name__}: {exc}); {folder.name} has no eval rows")
     for row in rows:
         row.update(origin=kind, model=marker.get("key") or folder.name)
-    info = RunInfo(
-        run=folder.name,
-        path=folder.resolve(),
-        backbone=keys["backbone"],
-        method=keys["method"],
-        prompt_set=keys["prompt_set"],
-        seed=keys["seed"],
-        state=kind,
+    info = _run_info(
+        folder,
+        keys,
+        kind,
         steps_logged=0,
         corrupt_lines=0,
         duplicate_steps=0,
