@@ -117,11 +117,7 @@ def filter_cmd(
         stages["all_wrong_dropped"] = sum(1 for r in rows if counts[r.key] == 0)
         stages["too_easy_dropped"] = sum(1 for r in rows if counts[r.key] > limit_correct + 1e-9)
         stages["kept"] = len(kept)
-    max_tokens = (
-        catalog.get_prompt_set(name if name in catalog.prompt_sets() else "standard")
-        .settings["max_prompt_tokens"]
-        .value
-    )
+    max_tokens = flt.max_prompt_tokens()
     count_tokens = flt.token_counter(_model_path(model, backbone))
     if count_tokens is None:
         err.print(f"warning: cannot load the {model} tokenizer; prompts over {max_tokens} tokens are not dropped")

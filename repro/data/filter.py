@@ -166,6 +166,11 @@ def verl_rows(rows: list[Candidate], split: str, template: catalog.PromptTemplat
     ]
 
 
+def max_prompt_tokens() -> int:
+    """The prompt-length limit every prompt set shares (prompt_sets.yaml `common`, released reformat.py)."""
+    return int(catalog.get_prompt_set("standard").settings["max_prompt_tokens"].value)
+
+
 def drop_long(
     rows: list[Candidate], max_tokens: int, count_tokens: Callable[[str], int] | None
 ) -> tuple[list[Candidate], int]:

@@ -88,7 +88,7 @@ def materialise(
     if count_tokens is True:
         hf_id = catalog.get_backbone(backbone).hf_id
         count_tokens = flt.token_counter(hf_id) if hf_id else None
-    max_tokens = catalog.get_prompt_set("standard").settings["max_prompt_tokens"].value
+    max_tokens = flt.max_prompt_tokens()
     kept, dropped = flt.drop_long(candidates, max_tokens, count_tokens or None)
     if not kept:
         raise ReproError(f"{hub_id} has no usable rows ({len(rows)} loaded, {dropped} over {max_tokens} tokens)")
