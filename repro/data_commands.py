@@ -111,6 +111,8 @@ def filter_cmd(
                 seed,
                 out_dir / "samples.jsonl",
                 on_done=lambda n: progress.advance(task, n),
+                model=_model_identity(model, model_path),
+                reuse=sorted(out_dir.parent.glob(f"{model}-*/samples.jsonl")),
             )
         limit_correct = pass_rate * base_samples
         kept = [r for r in rows if 0 < counts[r.key] <= limit_correct + 1e-9]
@@ -145,6 +147,12 @@ def filter_cmd(
     console.print("stages: " + ", ".join(f"{k}={v}" for k, v in stages.items()))
     if counts:
         console.print(f"correct-out-of-{base_samples} histogram: {summary['pass_count_histogram']}")
+
+
+def _model_identity(model: str, model_path: Path) -> str:
+    """What names the sampled weights in the pass-count log: the built folder's versioned name for tiny-arith
+    (a rebuilt model must not inherit the old one's counts), the Hub id or local path otherwise."""
+    return model_path.name if model == "tiny-arith" else str(model_path)
 
 
 def _model_path(model: str, backbone) -> Path:

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The main job on the embedded CPU default: the CPU mini-reproduction of the paper, end to end.
 #   1. paper-scale sampling statistics (`repro simulate`)                      -> results/simulate/
-#   2. the tiny-arith model and its filtered "standard" prompt set            -> $REPRO_HOME (first run only)
-#   3. the grid: all seven methods on tiny-arith (`sweeps/tiny.yaml`)          -> runs/
-#   4. Ave@32 on the four tiny-arith tiers for every run                      -> runs/*/eval/
+#   2. the tiny-arith model and its filtered "standard" and "hard" prompt sets -> $REPRO_HOME (first run only)
+#   3. the grid: all seven methods x seeds 0-2 on the standard set (`sweeps/tiny.yaml`), and GRPO-n4,
+#      Seq-pos, Seq-balance x seeds 0-2 on the hard set (`sweeps/tiny-hard.yaml`) -> runs/
+#   4. Ave@32 on the four tiny-arith tiers for the base model and every run    -> runs/*/eval/
 #   5. collect, the paper's tables beside the measured numbers, the figures,
 #      and results/REPORT.md (one verdict per comparison the paper makes)     -> results/, paper_tables/generated/
 # Every step is resumable: run it again after an interruption and only what is missing is done.
@@ -19,16 +20,17 @@ step "1/5 sampling statistics at paper scale"
 $repro simulate signal-loss --show 1,2,4,8,16,32,64,128,256 --out results/simulate/signal_loss.json
 $repro simulate sampling --out results/simulate/sampling.json
 
-step "2/5 the filtered standard prompt set (builds the tiny model on first use)"
+step "2/5 the filtered standard and hard prompt sets (builds the tiny model on first use)"
 $repro data filter --base-samples 16
+$repro data filter --base-samples 16 --pass-rate 0.125  # reuses the standard set's pass counts
 
-step "3/5 the grid: sweeps/tiny.yaml, two cells at a time"
+step "3/5 the grid: sweeps/tiny.yaml and sweeps/tiny-hard.yaml, two cells at a time"
 $repro sweep run sweeps/tiny.yaml --runs-root "$runs" --max-parallel 2
+$repro sweep run sweeps/tiny-hard.yaml --runs-root "$runs" --max-parallel 2
 
-step "4/5 Ave@32 for every run"
-for run in "$runs"/tiny-arith__*__standard__s0; do
-  $repro eval "$run"
-done
+step "4/5 Ave@32 for the base model and every run, two at a time (one torch thread each)"
+$repro eval tiny-arith --runs-root "$runs"
+printf '%s\0' "$runs"/tiny-arith__*__s[0-9]* | OMP_NUM_THREADS=1 xargs -0 -n 1 -P 2 $repro eval
 
 step "5/5 results, tables and figures"
 $repro collect --runs-root "$runs" --results results
@@ -46,4 +48,5 @@ done
 $repro report --results results --out results/REPORT.md
 $repro table weighted-average --results results
 $repro status --runs-root "$runs" --sweep sweeps/tiny.yaml
+$repro status --runs-root "$runs" --sweep sweeps/tiny-hard.yaml
 echo "main job done in $(( $(date +%s) - started ))s"

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from repro.cli import main
+from repro.local.model import TinyModelSpec, model_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,11 +25,11 @@ def test_one_ppo_step_moves_log_probs_with_the_advantage(tiny_home) -> None:
     from repro.local.model import prompt_ids, target_ids
     from repro.local.ppo import PPOSettings, actor_config, ppo_update
 
-    folder = tiny_home / "models" / "tiny-arith-v1-s0"
+    folder = model_folder(TinyModelSpec(), tiny_home)
     model = AutoModelForCausalLM.from_pretrained(folder)
     tok = AutoTokenizer.from_pretrained(folder)
     prompt = prompt_ids(tok, "What is 3 plus 4?")
-    good, bad = target_ids(tok, "7"), target_ids(tok, "9")
+    good, bad = target_ids(tok, "\\boxed{7}"), target_ids(tok, "\\boxed{9}")
     batch = make_batch([prompt, prompt], [good, bad], tok.pad_token_id)
     advantages = torch.tensor([[1.0], [-1.0]]) * batch.response_mask
     with torch.no_grad():

@@ -13,6 +13,7 @@ from repro.cli import main
 from repro.errors import ReproError
 from repro.evaluation import benchmarks as bench
 from repro.evaluation.runner import evaluate_benchmark, read_records
+from repro.local.model import TinyModelSpec, model_folder
 
 
 def test_tiny_tiers_load_with_their_sizes(tiny_env) -> None:
@@ -55,7 +56,7 @@ def test_eval_resumes_without_regenerating(tiny_env, tmp_path) -> None:
     from repro.evaluation.generation import TransformersGenerator
     from repro.evaluation.grading import Grader
 
-    model = Path(tiny_env["REPRO_HOME"]) / "models" / "tiny-arith-v1-s0"
+    model = model_folder(TinyModelSpec(), Path(tiny_env["REPRO_HOME"]))
     problems = bench.load("tiny-aime")[:40]
     out = tmp_path / "tiny-aime.jsonl"
     with Grader(timeout_s=5) as grader:
@@ -146,6 +147,49 @@ def test_data_filter_on_tiny_arith_counts_and_resumes(tiny_env, tmp_path, capsys
     assert main(args) == 0  # resumes: nothing sampled again, same result
     assert (out / "samples.jsonl").read_text() == lines_before
     assert json.loads((out / "summary.json").read_text())["stages"] == stages
+
+
+def test_a_second_prompt_set_reuses_the_first_sets_pass_counts(tiny_env, tmp_path, monkeypatch) -> None:
+    """The hard set after the standard set samples nothing: same model, samples and seed; the counts it
+    keeps follow its own threshold. Another seed samples again."""
+    from repro.evaluation import generation
+
+    calls: list[int] = []
+    real = generation.make_generator
+
+    def counting(*args, **kwargs):
+        gen = real(*args, **kwargs)
+        inner = gen.generate
+
+        def generate(problems, samples, seed):
+            calls.append(len(problems))
+            return inner(problems, samples, seed)
+
+        gen.generate = generate
+        return gen
+
+    monkeypatch.setattr(generation, "make_generator", counting)
+    base = ["data", "filter", "--base-samples", "8", "--limit", "100"]
+    standard, hard = tmp_path / "tiny-arith-standard", tmp_path / "tiny-arith-hard"
+    assert main([*base, "--pass-rate", "0.5", "--out", str(standard)]) == 0
+    assert sum(calls) == 100
+    assert main([*base, "--pass-rate", "0.25", "--out", str(hard)]) == 0
+    assert sum(calls) == 100  # nothing sampled for the second set
+    records = [json.loads(line) for line in (standard / "samples.jsonl").read_text().splitlines()]
+    assert {r["samples"] for r in records} == {8} and {r["seed"] for r in records} == {0}
+    assert {r["model"] for r in records} == {model_folder(TinyModelSpec()).name}
+    counts = {r["key"]: r["correct"] for r in records}
+    copied = {
+        json.loads(line)["key"]: json.loads(line)["correct"]
+        for line in (hard / "samples.jsonl").read_text().splitlines()
+    }
+    assert copied == counts
+    summary = json.loads((hard / "summary.json").read_text())
+    assert summary["stages"]["kept"] == sum(1 for c in counts.values() if 0 < c <= 2)
+    assert summary["stages"]["too_easy_dropped"] == sum(1 for c in counts.values() if c > 2)
+    other_seed = tmp_path / "tiny-arith-pass0.3"
+    assert main([*base, "--pass-rate", "0.3", "--seed", "1", "--out", str(other_seed)]) == 0
+    assert sum(calls) == 200  # a different seed is a different sample: drawn again
 
 
 def test_data_filter_accepts_a_released_prefiltered_set(tiny_env, tmp_path) -> None:

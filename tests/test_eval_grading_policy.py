@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from repro.cli import main
+from repro.local.model import TinyModelSpec, model_folder
 
 
 class _Unboxed:
@@ -26,7 +27,7 @@ def test_minerva_is_graded_by_the_released_toolkit_unless_asked_otherwise(tiny_e
     minerva.write_text("".join(json.dumps(r) + "\n" for r in rows))
     fake = _Unboxed({r["problem"]: r["answer"] for r in rows})
     monkeypatch.setattr("repro.evaluation.generation.make_generator", lambda *_a, **_k: fake)
-    model = Path(tiny_env["REPRO_HOME"]) / "models" / "tiny-arith-v1-s0"
+    model = model_folder(TinyModelSpec(), Path(tiny_env["REPRO_HOME"]))
     out = tmp_path / "eval"
     args = [
         "eval", str(model), "--benchmarks", "minerva_math", "--benchmark-file", f"minerva_math={minerva}",
@@ -46,6 +47,6 @@ def test_minerva_is_graded_by_the_released_toolkit_unless_asked_otherwise(tiny_e
 
 
 def test_an_unknown_grading_policy_is_one_line(tiny_env, capsys) -> None:
-    model = Path(tiny_env["REPRO_HOME"]) / "models" / "tiny-arith-v1-s0"
+    model = model_folder(TinyModelSpec(), Path(tiny_env["REPRO_HOME"]))
     assert main(["eval", str(model), "--grading", "exact"]) == 2
     assert "unknown --grading 'exact'; valid: released, math-verify" in capsys.readouterr().err

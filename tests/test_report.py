@@ -180,6 +180,53 @@ def _results(folder: Path, eval_df: pd.DataFrame, training_df: pd.DataFrame | No
     return folder
 
 
+def _base_rows(value: float) -> list[dict]:
+    """The base model as `repro collect` records it: method "base model", prompt set "none", origin base."""
+    from repro.report.collect import BASE_MODEL_LABEL, NO_PROMPT_SET
+
+    rows = _rows(TINY, BASE_MODEL_LABEL, 0, value, prompt_set=NO_PROMPT_SET)
+    return [{**r, "run": TINY, "origin": "base", "model": TINY} for r in rows]
+
+
+def test_gain_over_the_base_model_by_hand(eval_df) -> None:
+    """g_s = x_s - base: seq-balance [43, 46, 46] - 40 = [3, 6, 6] -> mean 5, s = sqrt(3), t_{0.975,2} = 4.3027:
+    half width 4.3027 * sqrt(3)/sqrt(3) = 4.3027 -> [0.70, 9.30]; GRPO-n4 [40, 42, 44] - 40 = [0, 2, 4] -> 2,
+    s = 2, half 4.3027 * 2/sqrt(3) = 4.968 -> [-2.97, 6.97]; Est one seed: +5, no interval."""
+    frame = pd.DataFrame([*eval_df.to_dict("records"), *_base_rows(0.40)])
+    frame["origin"] = frame["origin"].fillna("run")
+    by_seed = tables.weighted_by_seed(frame)
+    gain, base = tables.gain_over_base(by_seed, TINY, "standard", "seq-balance")
+    assert base == pytest.approx(40.0)
+    assert (gain.mean, gain.low, gain.high, gain.n) == pytest.approx((5.0, 5.0 - 4.3027, 5.0 + 4.3027, 3), abs=1e-3)
+    sentence, outcome = report.base_gain_sentence(by_seed, TINY, "standard", "seq-balance")
+    assert outcome == report.IMPROVES
+    assert sentence == (
+        f"**Seq-balance vs the base model** ({TINY}, standard): 40.0 -> 45.0, +5.0 points, 95% CI [0.7, 9.3] "
+        "over 3 seeds. Verdict: **improves**."
+    )
+    sentence, outcome = report.base_gain_sentence(by_seed, TINY, "standard", "grpo-n4")
+    assert outcome == report.CANNOT_TELL and "+2.0 points, 95% CI [-3.0, 7.0] over 3 seeds" in sentence
+    sentence, outcome = report.base_gain_sentence(by_seed, TINY, "standard", "est")
+    assert outcome == report.CANNOT_TELL and "+5.0 points on 1 seed (one seed: no interval)" in sentence
+    worse = tables.weighted_by_seed(frame.assign(ave_at_k=frame["ave_at_k"].where(frame["origin"] == "run", 0.55)))
+    assert report.base_gain_sentence(worse, TINY, "standard", "grpo-n16")[1] == report.WORSENS  # [47, 49, 48] - 55
+    # no base model evaluated: said, not guessed
+    sentence, outcome = report.base_gain_sentence(tables.weighted_by_seed(eval_df), TINY, "standard", "seq-balance")
+    assert outcome == report.CANNOT_TELL and f"`repro eval {TINY}`" in sentence
+    text = report.build_report(frame)
+    lines = text.splitlines()
+    heading = "## Does RL move the model? Each method against the base model"
+    section = lines[lines.index(heading) + 1 : lines.index("## Table 1: weighted average (measured runs)")]
+    bullets = [line for line in section if line.startswith("- **")]
+    assert [b.split("**")[1] for b in bullets] == [
+        "GRPO-n4 vs the base model",
+        "GRPO-n16 vs the base model",
+        "Seq-pos vs the base model",
+        "Seq-balance vs the base model",
+        "Est vs the base model",
+    ]
+
+
 def test_report_file_has_the_headings_tables_sentences_and_figures(eval_df, training_df, tmp_path, capsys) -> None:
     results = _results(tmp_path / "results", eval_df, training_df)
     assert cli.main(["report", "--results", str(results)]) == 0
@@ -206,6 +253,9 @@ def test_report_file_has_the_headings_tables_sentences_and_figures(eval_df, trai
     assert f"| {TINY} | grpo-n16 | 1 | 4.00 | — | — | — |" in text  # step time, no GRPO-n4 timed
     bullets = [line for line in lines if line.startswith("- **")]
     assert len(bullets) == len(report.COMPARISONS)
+    assert (
+        f"- {TINY}: no base model evaluated; `repro eval {TINY} --runs-root RUNS` and `repro collect` add it." in lines
+    )
     assert bullets[0].endswith("Verdict: **agrees**.")
     assert "Verdict: **disagrees**." in bullets[1] and "Verdict: **cannot tell**." in bullets[2]
     assert "- reward-curve: ![reward-curve](figures/reward-curve.png) ([PDF](figures/reward-curve.pdf))" in lines

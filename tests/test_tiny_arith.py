@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from repro import catalog
+from repro.local.model import TinyModelSpec, model_folder
 from repro.reward import compute_score, last_boxed
 from repro.tasks import tiny_arith as ta
 
@@ -123,7 +124,7 @@ def test_model_folder_loads_with_auto_classes(tiny_home) -> None:
     from repro.local.generate import sample
     from repro.local.model import prompt_ids
 
-    folder = tiny_home / "models" / "tiny-arith-v1-s0"
+    folder = model_folder(TinyModelSpec(), tiny_home)
     assert (folder / "COMPLETE").exists()
     config = json.loads((folder / "config.json").read_text())
     assert config["model_type"] == "qwen2" and config["architectures"] == ["Qwen2ForCausalLM"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,6 +117,28 @@ def reference_verifies(row: Candidate) -> bool:
     return bool(row.solution) and compute_score("", row.solution, row.answer) == 1.0
 
 
+def _logged_counts(log: Path, fingerprint: dict[str, object], *, own: bool) -> dict[str, int]:
+    """Counts from one pass-count log whose records match `fingerprint` (model, samples, seed). A record
+    from before the fingerprint was logged is trusted only in the folder's own log, on its sample count."""
+    counts: dict[str, int] = {}
+    if not log.exists():
+        return counts
+    if own:
+        drop_torn_tail(log)
+    for line in log.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a sibling's torn tail: not ours to repair
+        if "model" in record:
+            if any(record.get(k) != v for k, v in fingerprint.items()):
+                continue
+        elif not own or record.get("samples") != fingerprint["samples"]:
+            continue
+        counts[record["key"]] = int(record["correct"])
+    return counts
+
+
 def sample_pass_counts(
     rows: list[Candidate],
     generate: Callable[[list[str], int, int], list[list[str]]],
@@ -125,20 +147,32 @@ def sample_pass_counts(
     log: Path,
     chunk: int = 64,
     on_done: Callable[[int], None] | None = None,
+    *,
+    model: str = "",
+    reuse: Sequence[Path] = (),
 ) -> dict[str, int]:
-    """Correct answers out of `samples` per prompt; resumable through the append-only `log`."""
-    counts: dict[str, int] = {}
-    if log.exists():
-        drop_torn_tail(log)
-        for line in log.read_text().splitlines():
-            record = json.loads(line)
-            if record.get("samples") == samples:
-                counts[record["key"]] = int(record["correct"])
-    todo = [r for r in rows if r.key not in counts]
-    if on_done and len(rows) - len(todo):
-        on_done(len(rows) - len(todo))
+    """Correct answers out of `samples` per prompt; resumable through the append-only `log`.
+
+    A pass count is a fact about the base model and the prompt, not about the threshold that keeps it, so
+    counts logged by another prompt set's filter (`reuse`: the hard set after the standard set) with the
+    same model, samples and seed are taken too and copied into `log`: the base model samples each prompt
+    once, which on a real backbone is most of the filter's GPU time."""
+    fingerprint = {"model": model, "samples": samples, "seed": seed}
+    counts = _logged_counts(log, fingerprint, own=True)
+    borrowed: dict[str, int] = {}
+    wanted = {r.key for r in rows}
+    for other in reuse:
+        if other.resolve() != log.resolve():
+            for key, correct in _logged_counts(other, fingerprint, own=False).items():
+                if key in wanted and key not in counts:
+                    borrowed[key] = correct
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as handle:
+        append_lines(handle, [json.dumps({"key": k, "correct": c, **fingerprint}) for k, c in borrowed.items()])
+        counts.update(borrowed)
+        todo = [r for r in rows if r.key not in counts]
+        if on_done and len(rows) - len(todo):
+            on_done(len(rows) - len(todo))
         for start in range(0, len(todo), chunk):
             batch = todo[start : start + chunk]
             texts = generate([r.problem for r in batch], samples, seed * 1_000_003 + start)
@@ -146,7 +180,7 @@ def sample_pass_counts(
             for row, group in zip(batch, texts, strict=True):
                 correct = int(sum(compute_score(row.data_source, t, row.answer) for t in group))
                 counts[row.key] = correct
-                lines.append(json.dumps({"key": row.key, "samples": samples, "correct": correct}))
+                lines.append(json.dumps({"key": row.key, "correct": correct, **fingerprint}))
             append_lines(handle, lines)
             if on_done:
                 on_done(len(batch))

@@ -40,8 +40,11 @@ __all__ = [
     "CANNOT_TELL",
     "COMPARISONS",
     "DISAGREES",
+    "IMPROVES",
     "PAPER_STAND_IN",
+    "WORSENS",
     "Comparison",
+    "base_gain_sentence",
     "build_report",
     "comparison_sentence",
     "figure_links",
@@ -52,6 +55,8 @@ __all__ = [
 AGREES = "agrees"
 DISAGREES = "disagrees"
 CANNOT_TELL = "cannot tell"
+IMPROVES = "improves"  # RL against the base model: the paper reports no base numbers, so no agree/disagree
+WORSENS = "worsens"
 PAPER_STAND_IN = "qwen2.5-math-1.5b"  # the paper's backbone a miniature is compared against
 FIGURE_SUFFIXES = (".png", ".svg")  # embedded; a .pdf of the same name is linked beside
 
@@ -211,6 +216,34 @@ def _cost_clause(
     return f"Cost: {a} used " + "; ".join(parts) + "."
 
 
+def base_gain_sentence(by_seed: pd.DataFrame, backbone: str, prompt_set: str, method: str) -> tuple[str, str]:
+    """(the sentence, its outcome) for how far RL moved `method` from the base model it started from: the
+    precondition of every comparison above (a miniature whose training does not move the model cannot rank
+    samplers). Outcomes: "improves" / "worsens" when the 95% interval excludes 0, else "cannot tell"."""
+    interval, base = tables.gain_over_base(by_seed, backbone, prompt_set, method)
+    head = f"**{_label(method)} vs the base model** ({backbone}, {prompt_set})"
+    if math.isnan(base):
+        return (
+            f"{head}: the base model was not evaluated (`repro eval {backbone}`). Verdict: **{CANNOT_TELL}**.",
+            CANNOT_TELL,
+        )
+    if interval.n == 0:
+        return (
+            f"{head}: no trained run measured on the base model's benchmarks. Verdict: **{CANNOT_TELL}**.",
+            CANNOT_TELL,
+        )
+    if not interval.has_interval:
+        outcome = CANNOT_TELL
+        measured = f"{_points(interval.mean)} points on 1 seed (one seed: no interval)"
+    else:
+        outcome = IMPROVES if interval.low > 0 else WORSENS if interval.high < 0 else CANNOT_TELL
+        measured = (
+            f"{_points(interval.mean)} points, 95% CI [{_number(interval.low)}, {_number(interval.high)}] over "
+            f"{interval.n} seeds"
+        )
+    return f"{head}: {_number(base)} -> {_number(base + interval.mean)}, {measured}. Verdict: **{outcome}**.", outcome
+
+
 def comparison_sentence(
     by_seed: pd.DataFrame,
     backbone: str,
@@ -298,6 +331,32 @@ def build_report(
             lines.append(f"- {sentence}")
         lines.append("")
 
+    base_lines = []
+    for backbone in backbones:
+        if math.isnan(tables.gain_over_base(by_seed, backbone, "", "")[1]):
+            base_lines.append(
+                f"- {backbone}: no base model evaluated; `repro eval {backbone} --runs-root RUNS` and `repro collect` "
+                "add it."
+            )
+            continue
+        cells = by_seed[(by_seed["backbone"] == backbone) & by_seed["trained"].astype(bool)]
+        for prompt_set in tables.sorted_names(cells["prompt_set"].unique(), "prompt_set"):
+            for method in tables.sorted_names(cells.loc[cells["prompt_set"] == prompt_set, "method"], "method"):
+                sentence, _ = base_gain_sentence(by_seed, backbone, prompt_set, method)
+                base_lines.append(f"- {sentence}")
+    if base_lines:
+        lines += [
+            "## Does RL move the model? Each method against the base model",
+            "",
+            "The precondition of the comparisons above: the weighted average after training minus the base "
+            "model's (the model every run starts from), with the 95% t interval over the method's seeds. The "
+            "base model is evaluated once, so its own sampling noise is a shared offset the interval leaves out. "
+            "The paper reports no base-model numbers, so the verdict is **improves**, **worsens** or "
+            "**cannot tell**, not agreement.",
+            "",
+            *base_lines,
+            "",
+        ]
     lines += [
         "## Table 1: weighted average (measured runs)",
         "",

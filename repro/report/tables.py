@@ -132,11 +132,16 @@ def _sort(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     return frame.sort_values(list(keys), key=lambda col: col.map(ranks[col.name])).reset_index(drop=True)
 
 
-def sorted_backbones(names: Iterable[str]) -> list[str]:
-    """Backbone names in display order: the catalog's first, then unknown ones alphabetically."""
+def sorted_names(names: Iterable[str], kind: str) -> list[str]:
+    """Backbone, method or prompt-set names in display order: the catalog's first, then unknown ones
+    alphabetically."""
     names = set(map(str, names))
-    ranks = _rank(names, "backbone")
+    ranks = _rank(names, kind)
     return sorted(names, key=ranks.__getitem__)
+
+
+def sorted_backbones(names: Iterable[str]) -> list[str]:
+    return sorted_names(names, "backbone")
 
 
 def _sorted_benchmarks(names: Iterable[str]) -> list[str]:
@@ -326,6 +331,28 @@ def paired_difference(
     mine, theirs = per_seed(method), per_seed(reference)
     like = [s for s in mine if s in theirs and mine[s][1] == theirs[s][1]]
     return stats.paired_interval({s: mine[s][0] for s in like}, {s: theirs[s][0] for s in like})
+
+
+def gain_over_base(by_seed: pd.DataFrame, backbone: str, prompt_set: str, method: str) -> tuple[stats.Interval, float]:
+    """(the t interval of g_s = weighted(method, s) - weighted(base model) over the method's seeds, the base
+    model's weighted average): how much RL moved the model it started from. The base model is one evaluated
+    model (no seed), so its own sampling noise is a shared offset the interval does not include; only seeds
+    whose benchmarks match the base model's count. NaN base and n = 0 when the base model was not evaluated."""
+    from repro.report.collect import BASE_MODEL_LABEL
+
+    rows = by_seed[by_seed["backbone"] == backbone]
+    base = rows[rows["method"] == BASE_MODEL_LABEL]
+    empty = stats.Interval(math.nan, math.nan, math.nan, 0)
+    if len(base) != 1:
+        return empty, math.nan
+    base_value, base_benchmarks = float(base["weighted"].iloc[0]), base["benchmarks"].iloc[0]
+    trained = rows[rows["trained"].astype(bool) & (rows["prompt_set"] == prompt_set) & (rows["method"] == method)]
+    gains = [
+        float(w) - base_value
+        for w, b in zip(trained["weighted"], trained["benchmarks"], strict=True)
+        if b == base_benchmarks
+    ]
+    return (stats.t_interval(gains) if gains else empty), base_value
 
 
 def _seed_intervals(table: pd.DataFrame, by_seed: pd.DataFrame) -> None:
