@@ -67,8 +67,10 @@ RewardOpt = Annotated[
     typer.Option(
         "--reward",
         help=(
-            "Which reward: 'pool' = the mean over every drawn response (compares methods like with like); "
-            "'selected' = the update batch's (for Seq and DAPO the selected/balanced batch)."
+            "Which reward: 'first' = per prompt the mean of its first draw, prompts weighted equally (the "
+            "policy's pass rate, alike for every method); 'pool' = the mean over every drawn response (weights "
+            "the prompts Seq keeps sampling); 'selected' = the update batch's (for Seq and DAPO the "
+            "selected/balanced batch)."
         ),
     ),
 ]
@@ -79,7 +81,7 @@ def reward_curve_cmd(
     results: ResultsOpt = Path(DEFAULT_RESULTS),
     out: OutOpt = None,
     window: WindowOpt = 20,
-    reward: RewardOpt = "pool",
+    reward: RewardOpt = "first",
     metric: Annotated[
         str | None,
         typer.Option("--metric", help="Draw this logged training metric instead of a reward (e.g. actor/entropy)."),
@@ -87,10 +89,11 @@ def reward_curve_cmd(
 ) -> None:
     """Training reward against step, a moving average, one panel per backbone (Figures 2 and 6).
 
-    By default the mean reward of all drawn responses; `--reward selected` draws the update batch's
-    reward instead, labelled as such. One line per method x prompt set: the mean over seeds, with a band
-    from the least to the greatest seed; hard and standard runs of one method share a colour and differ
-    in line style.
+    By default the mean reward of each prompt's first draw (sized before any reward is seen, so every
+    method estimates the policy's pass rate alike); `--reward pool` draws the mean over all drawn responses
+    and `--reward selected` the update batch's reward instead, each labelled as such. One line per method
+    x prompt set: the mean over seeds, with a band from the least to the greatest seed; hard and standard
+    runs of one method share a colour and differ in line style.
 
     Examples:
 
@@ -101,12 +104,12 @@ def reward_curve_cmd(
     from repro.report import plots
 
     fig, missing = plots.reward_curve(_table(results, "training"), reward=reward, window=window, metric=metric)
-    _finish(fig, missing, results, out, "reward-curve" if reward == "pool" or metric else "reward-curve-selected")
+    _finish(fig, missing, results, out, "reward-curve" if reward == "first" or metric else f"reward-curve-{reward}")
 
 
 @app.command("reward-entropy")
 def reward_entropy_cmd(
-    results: ResultsOpt = Path(DEFAULT_RESULTS), out: OutOpt = None, window: WindowOpt = 20, reward: RewardOpt = "pool"
+    results: ResultsOpt = Path(DEFAULT_RESULTS), out: OutOpt = None, window: WindowOpt = 20, reward: RewardOpt = "first"
 ) -> None:
     """The reward-entropy frontier: smoothed reward against smoothed policy entropy, one line per method
     (the mean over seeds, a band of the seeds' min-max reward; the dot marks the last step).
@@ -120,7 +123,7 @@ def reward_entropy_cmd(
     from repro.report import plots
 
     fig, missing = plots.reward_entropy(_table(results, "training"), window=window, reward=reward)
-    _finish(fig, missing, results, out, "reward-entropy" if reward == "pool" else "reward-entropy-selected")
+    _finish(fig, missing, results, out, "reward-entropy" if reward == "first" else f"reward-entropy-{reward}")
 
 
 @app.command("heldout")

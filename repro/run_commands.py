@@ -165,11 +165,11 @@ def _train(config, path: Path, overwrite: bool, note: str | None) -> None:
             task = progress.add_task(path.name, total=total, reward=0.0, samples=0)
 
             def on_step(step: int, metrics: dict) -> None:
-                rewards.append(metrics["sampler/pool_reward_mean"])
+                rewards.append(metrics["sampler/first_draw_reward_mean"])
                 progress.update(
                     task,
                     completed=step,
-                    reward=metrics["sampler/pool_reward_mean"],
+                    reward=metrics["sampler/first_draw_reward_mean"],
                     samples=metrics["sampler/responses_total"],
                 )
 
@@ -193,7 +193,7 @@ def _train(config, path: Path, overwrite: bool, note: str | None) -> None:
     head = sum(rewards[:window]) / window if rewards else float("nan")
     tail = sum(rewards[-window:]) / window if rewards else float("nan")
     stdout_console().print(
-        f"finished {path} at step {last} in {seconds:.0f}s; mean reward of all drawn responses over "
+        f"finished {path} at step {last} in {seconds:.0f}s; mean reward of each prompt's first draw over "
         f"{window} steps: {head:.3f} at the start of this attempt -> {tail:.3f} at the end"
     )
 

@@ -288,7 +288,8 @@ def test_catalog_names_the_released_grading_per_benchmark():
     for b in catalog.benchmarks().values():
         assert "PROTOCOL.md" in b.settings["grading"].source
     assert benchmark_grading("minerva_math") == "qwen-math"
-    assert benchmark_grading("tiny-minerva") == "boxed"  # outside the catalog
+    assert benchmark_grading("tiny-minerva") == "reward"  # the tiny tiers: the training reward's own rule
+    assert benchmark_grading("my-benchmark") == "boxed"  # outside the catalog
 
 
 class _Fixed:

@@ -90,7 +90,7 @@ def test_heldout_eval_leaves_the_training_trajectory_unchanged(runs):
 
 def test_heldout_accuracy_matches_the_eval_generator_and_grader_on_the_checkpoint(runs, tiny_env):
     """Recomputed with `repro eval`'s pieces: its benchmark loader, TransformersGenerator on the saved
-    checkpoint of the last step, and the Grader in the tiers' grading mode (worker process, "boxed")."""
+    checkpoint of the last step, and the Grader in the tiers' grading mode (worker process, "reward")."""
     from repro.evaluation.benchmarks import load
     from repro.evaluation.generation import TransformersGenerator
     from repro.evaluation.grading import Grader, benchmark_grading
@@ -105,10 +105,10 @@ def test_heldout_accuracy_matches_the_eval_generator_and_grader_on_the_checkpoin
         template=template_for("tiny-arith"),
     )
     texts = generator.generate([p.problem for p in problems], 4, seed=heldout.heldout_seed(0, STEPS))
-    assert {benchmark_grading(t) for t in tiny_arith.TIERS} == {"boxed"}
+    assert {benchmark_grading(t) for t in tiny_arith.TIERS} == {"reward"}
     with Grader() as grader:
         grades = grader.grade_many(
-            [(t, p.answer) for p, group in zip(problems, texts, strict=True) for t in group], "boxed"
+            [(t, p.answer) for p, group in zip(problems, texts, strict=True) for t in group], "reward"
         )
         expected = sum(g.score for g in grades) / len(grades)
         assert len(grades) == logged["heldout/n"] == 256
@@ -117,9 +117,12 @@ def test_heldout_accuracy_matches_the_eval_generator_and_grader_on_the_checkpoin
         # right and wrong boxed answers to the same problems, the trainer's in-process score vs the Grader
         made = [(f"so \\boxed{{{p.answer}}}", p.answer) for p in problems]
         made += [(f"\\boxed{{{int(p.answer) + 1}}}", p.answer) for p in problems] + [("no box", "3")]
-        by_grader = [g.score for g in grader.grade_many(made, "boxed")]
+        made += [(f"\\boxed{{{p.answer}}}}}", p.answer) for p in problems]  # a stray brace: the reward pays
+        by_grader = [g.score for g in grader.grade_many(made, "reward")]
+        strict = [g.score for g in grader.grade_many(made[-64:], "boxed")]
     assert by_grader == [heldout.score(t, a) for t, a in made]
-    assert by_grader == [1.0] * 64 + [0.0] * 65
+    assert by_grader == [1.0] * 64 + [0.0] * 65 + [1.0] * 64
+    assert strict == [0.0] * 64  # the released extractor: an unmatched } means no answer
 
 
 def test_collect_puts_heldout_accuracy_in_the_training_table(runs, tmp_path):

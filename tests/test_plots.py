@@ -77,7 +77,8 @@ def _synthetic_training() -> pd.DataFrame:
                 }
             )
     frame = pd.DataFrame(rows)
-    frame["sampler/pool_reward_mean"] = np.random.default_rng(11).random(len(frame))
+    frame["sampler/first_draw_reward_mean"] = np.random.default_rng(11).random(len(frame))
+    frame["sampler/pool_reward_mean"] = np.random.default_rng(12).random(len(frame))
     return frame
 
 
@@ -119,7 +120,7 @@ def test_reward_curve_plots_moving_averages_of_collected_runs(results):
     assert len(lines) == len(TINY_METHODS)
     for line in lines:
         run = training[training["method"] == line.get_label()].sort_values("step")
-        expected = run["sampler/pool_reward_mean"].rolling(2, min_periods=1).mean()  # the default: every response
+        expected = run["sampler/first_draw_reward_mean"].rolling(2, min_periods=1).mean()  # the default
         np.testing.assert_allclose(line.get_xdata(), run["step"].to_numpy())
         np.testing.assert_allclose(line.get_ydata(), expected.to_numpy())
         assert to_hex(line.get_color()) == style.METHOD_COLORS[line.get_label()]
@@ -156,7 +157,7 @@ def test_reward_curve_averages_seeds_and_separates_prompt_sets():
     lines = {line.get_label(): line for line in _data_lines(ax)}
     assert list(lines) == ["grpo-n4 (standard)", "grpo-n4 (hard)", "seq-pos (standard)", "seq-pos (hard)"]
     for (method, prompt_set), group in training.groupby(["method", "prompt_set"]):
-        per_step = group.groupby("step")["sampler/pool_reward_mean"].mean().sort_index()
+        per_step = group.groupby("step")["sampler/first_draw_reward_mean"].mean().sort_index()
         line = lines[f"{method} ({prompt_set})"]
         np.testing.assert_allclose(line.get_ydata(), per_step.rolling(3, min_periods=1).mean().to_numpy())
         assert line.get_linestyle() == ("-" if prompt_set == "standard" else "--")
@@ -174,7 +175,8 @@ def test_reward_entropy_frontier(results):
     for line in lines:
         run = training[training["method"] == line.get_label()].sort_values("step")
         np.testing.assert_allclose(line.get_xdata(), run["actor/entropy"].rolling(3, min_periods=1).mean())
-        np.testing.assert_allclose(line.get_ydata(), run["sampler/pool_reward_mean"].rolling(3, min_periods=1).mean())
+        reward = run["sampler/first_draw_reward_mean"].rolling(3, min_periods=1).mean()
+        np.testing.assert_allclose(line.get_ydata(), reward)
     # the same method has the same colour here, in the reward curve and in the step-time bars
     curve, _ = plots.reward_curve(training)
     bars, _ = plots.step_time(training)
@@ -187,8 +189,9 @@ def test_reward_entropy_frontier(results):
 
 
 def _two_seeds() -> pd.DataFrame:
-    """Two seeds each of grpo-n4 and seq-balance on tiny-arith, 5 steps, with hand-picked values: the pool
-    reward differs from the update batch's (Seq selects), held-out accuracy is logged at steps 1, 3 and 5."""
+    """Two seeds each of grpo-n4 and seq-balance on tiny-arith, 5 steps, with hand-picked values: the
+    first-draw reward, half of it as the pool reward (Seq oversamples hard prompts), the update batch's
+    (Seq selects), and held-out accuracy at steps 1, 3 and 5."""
     pool = {("grpo-n4", 0): [0.1, 0.2, 0.3, 0.4, 0.5], ("grpo-n4", 1): [0.3, 0.2, 0.1, 0.6, 0.7]}
     pool |= {("seq-balance", 0): [0.2, 0.2, 0.4, 0.4, 0.6], ("seq-balance", 1): [0.0, 0.4, 0.4, 0.8, 0.6]}
     heldout = {("grpo-n4", 0): [0.25, 0.5, 0.5], ("grpo-n4", 1): [0.75, 0.25, 1.0]}
@@ -204,7 +207,8 @@ def _two_seeds() -> pd.DataFrame:
                     "prompt_set": "standard",
                     "seed": seed,
                     "step": step,
-                    "sampler/pool_reward_mean": value,
+                    "sampler/first_draw_reward_mean": value,
+                    "sampler/pool_reward_mean": value / 2,
                     "critic/rewards/mean": value if method == "grpo-n4" else 0.5,  # Seq's balanced batch
                     "actor/entropy": 1.0 - 0.1 * step + 0.05 * seed,
                     "heldout/accuracy": heldout[(method, seed)][(step - 1) // 2] if step % 2 else math.nan,
@@ -236,13 +240,13 @@ def _seed_curves(frame: pd.DataFrame, method: str, column: str, window: int) -> 
     return part.pivot(index="step", columns="seed", values=column).apply(lambda s: s.dropna().rolling(window, 1).mean())
 
 
-def test_reward_curve_is_the_seed_mean_of_the_pool_reward_with_a_min_max_band():
+def test_reward_curve_is_the_seed_mean_of_the_first_draw_reward_with_a_min_max_band():
     training = _two_seeds()
     fig, missing = plots.reward_curve(training, window=2, expected={})
     assert missing == []
     (ax,) = _axes(fig)
-    assert ax.get_ylabel() == "mean reward of all drawn responses\n(2-step moving average)"
-    assert "all drawn responses" in fig.get_suptitle()
+    assert ax.get_ylabel() == "mean reward of each prompt's first draw\n(2-step moving average)"
+    assert "each prompt's first draw" in fig.get_suptitle()
     assert _legend(ax) == ["grpo-n4", "seq-balance"] and ax.get_legend().get_title().get_text() == plots.BAND_LEGEND
     assert "band: min-max over seeds" in _note(fig)
     lines = {line.get_label(): line for line in _data_lines(ax)}
@@ -254,8 +258,12 @@ def test_reward_curve_is_the_seed_mean_of_the_pool_reward_with_a_min_max_band():
         [(0.1, 0.3), (0.15, 0.25), (0.15, 0.25), (0.35, 0.35), (0.45, 0.65)],
         atol=1e-12,
     )
+    pool, _ = plots.reward_curve(training, reward="pool", window=2, expected={})
+    assert _axes(pool)[0].get_ylabel() == "mean reward of all drawn responses\n(2-step moving average)"
+    grpo_pool = next(line for line in _data_lines(_axes(pool)[0]) if line.get_label() == "grpo-n4")
+    np.testing.assert_allclose(grpo_pool.get_ydata(), [0.1, 0.1, 0.1, 0.175, 0.275], atol=1e-12)  # half of above
     for method in ("grpo-n4", "seq-balance"):
-        curves = _seed_curves(training, method, "sampler/pool_reward_mean", 2)
+        curves = _seed_curves(training, method, "sampler/first_draw_reward_mean", 2)
         np.testing.assert_allclose(lines[method].get_xdata(), curves.index.to_numpy())
         np.testing.assert_allclose(lines[method].get_ydata(), curves.mean(axis=1).to_numpy(), atol=1e-12)
         band = _band(ax, method)
@@ -271,15 +279,15 @@ def test_selected_reward_is_drawn_only_when_asked_and_labelled_as_the_selected_b
     assert ax.get_ylabel() == "mean reward of the selected update batch\n(1-step moving average)"
     assert fig.get_suptitle().startswith("Mean reward of the selected update batch against step")
     seq = next(line for line in _data_lines(ax) if line.get_label() == "seq-balance")
-    np.testing.assert_allclose(seq.get_ydata(), [0.5] * 5)  # the balanced batch, not the pool's 0.1 ... 0.7
+    np.testing.assert_allclose(seq.get_ydata(), [0.5] * 5)  # the balanced batch, not the first draw's 0.0 ... 0.8
     frontier, _ = plots.reward_entropy(training, window=1, reward="selected", expected={})
     assert _axes(frontier)[0].get_ylabel().startswith("mean reward of the selected update batch")
-    with pytest.raises(ReproError, match="--reward must be one of pool, selected"):
+    with pytest.raises(ReproError, match="--reward must be one of first, pool, selected"):
         plots.reward_curve(training, reward="update")
 
 
-def test_a_run_without_the_pool_reward_falls_back_only_for_uniform_grpo():
-    training = _two_seeds().drop(columns=["sampler/pool_reward_mean"])
+def test_a_run_without_the_first_draw_reward_falls_back_only_for_uniform_grpo():
+    training = _two_seeds().drop(columns=["sampler/first_draw_reward_mean"])
     fig, missing = plots.reward_curve(training, window=1, expected={})
     (ax,) = _axes(fig)
     (line,) = _data_lines(ax)
@@ -287,13 +295,13 @@ def test_a_run_without_the_pool_reward_falls_back_only_for_uniform_grpo():
     grpo = training[training["method"] == "grpo-n4"]
     np.testing.assert_allclose(line.get_ydata(), grpo.groupby("step")["critic/rewards/mean"].mean())
     notes = _note(fig)
-    assert "tiny-arith__grpo-n4__standard__s0: no sampler/pool_reward_mean; critic/rewards/mean drawn" in notes
+    assert "tiny-arith__grpo-n4__standard__s0: no sampler/first_draw_reward_mean; critic/rewards/mean drawn" in notes
     assert "equal by construction (uniform GRPO)" in notes
     assert missing == [
-        f"run tiny-arith__seq-balance__standard__s{s}: no sampler/pool_reward_mean (its critic/rewards/mean is the "
-        "update batch's, not all responses')"
+        f"run tiny-arith__seq-balance__standard__s{s}: no sampler/first_draw_reward_mean (its critic/rewards/mean "
+        "is the update batch's, not the policy's)"
         for s in (0, 1)
-    ] + ["tiny-arith seq-balance (standard): no values of mean reward of all drawn responses"]
+    ] + ["tiny-arith seq-balance (standard): no values of mean reward of each prompt's first draw"]
 
 
 def test_heldout_curve_is_the_seed_mean_in_percent_with_a_min_max_band(tmp_path):
@@ -328,7 +336,7 @@ def test_reward_entropy_frontier_is_the_seed_mean_with_a_reward_band():
     for method in ("grpo-n4", "seq-balance"):
         line = next(line for line in _data_lines(ax) if line.get_label() == method)
         entropy = _seed_curves(training, method, "actor/entropy", 2)
-        reward = _seed_curves(training, method, "sampler/pool_reward_mean", 2)
+        reward = _seed_curves(training, method, "sampler/first_draw_reward_mean", 2)
         np.testing.assert_allclose(line.get_xdata(), entropy.mean(axis=1), atol=1e-12)
         np.testing.assert_allclose(line.get_ydata(), reward.mean(axis=1), atol=1e-12)
         band = _band(ax, method)
@@ -528,7 +536,7 @@ def test_cli_writes_figures_and_lists_what_is_missing(results, tiny_runs, tmp_pa
     assert result.exit_code == 0, result.output
     assert (folder / "figures" / "reward-curve-selected.pdf").stat().st_size > 1000
     result = runner.invoke(plot_commands.app, ["reward-entropy", "--results", str(folder), "--reward", "batch"])
-    assert isinstance(result.exception, ReproError) and "--reward must be one of pool, selected" in str(
+    assert isinstance(result.exception, ReproError) and "--reward must be one of first, pool, selected" in str(
         result.exception
     )
     help_text = runner.invoke(plot_commands.app, ["passk", "--help"]).output

@@ -187,6 +187,36 @@ def test_seq_balance_scripted_step_metrics_and_groups() -> None:
     idx3, _ = result.group(3)
     assert sorted(np.asarray(streams[3])[idx3]) == [0, 1, 1, 1]
     assert m["sampler/zero_variance_frac"] == pytest.approx(1 / 5)
+    # the first round of each prompt, equal weight: (2/4 + 0 + 0 + 4/4 + 1/4) / 5 = 0.35; the pool mean
+    # weights the long pools: (2 + 2 + 0 + 11 + 2) / 48
+    assert m["sampler/first_draw_reward_mean"] == pytest.approx(0.35)
+    assert m["sampler/pool_reward_mean"] == pytest.approx(17 / 48)
+
+
+@pytest.mark.parametrize("kind", ["seq-pos", "seq-balance", "uniform-n4", "dapo"])
+def test_first_draw_reward_is_unbiased_for_the_mean_pass_rate_and_the_pool_mean_is_not(kind: str) -> None:
+    """Prompts with pass rates 0.05 and 0.6 in equal numbers: the policy's mean pass rate is 0.325. Over 400
+    steps of 64 prompts the first-draw mean must be within 4 standard errors of it for every sampler; Seq's
+    pool mean, which keeps drawing on the hard prompts, must fall well below it."""
+    spec = {
+        "seq-pos": SamplerSpec(kind="seq", exit_rule="pos", n=4, round_size=4, max_rounds=4),
+        "seq-balance": SamplerSpec(kind="seq", exit_rule="balance", n=4, round_size=4, max_rounds=4),
+        "uniform-n4": SamplerSpec(kind="uniform", n=4),
+        "dapo": SamplerSpec(kind="dapo", n=4, max_num_gen_batches=10),
+    }[kind]
+    rates = np.tile([0.05, 0.6], 32)
+    rng = np.random.default_rng(3)
+    first, pool = [], []
+    for step in range(400):
+        sampler = StepSampler(spec, list(range(rates.size)), rng=step)
+        sample = bernoulli_sampler(lambda slots: rates[np.asarray(slots) % rates.size], rng)
+        metrics = run_step_sync(sampler, sample, lambda k: list(range(k))).metrics
+        first.append(metrics["sampler/first_draw_reward_mean"])
+        pool.append(metrics["sampler/pool_reward_mean"])
+    first = np.asarray(first)
+    assert abs(first.mean() - 0.325) < 4 * first.std(ddof=1) / np.sqrt(first.size)
+    if kind.startswith("seq"):
+        assert np.mean(pool) < 0.325 - 0.03
 
 
 def test_unresolved_drop_removes_groups() -> None:

@@ -51,10 +51,19 @@ DEFAULT_MODE = "reward"  # grade/grade_many without a mode: compute_score's verd
 
 
 def benchmark_grading(name: str) -> str:
-    """The grading mode the released evaluation uses for benchmark `name` (catalog `grading`); "boxed" for
-    benchmarks outside the catalog (the tiny-arith tiers, whose answers are plain integers)."""
-    from repro import catalog
+    """The grading mode for benchmark `name`: the released evaluation's (catalog `grading`) for the paper's
+    benchmarks; "reward" for the tiny-arith tiers; "boxed" for any other benchmark outside the catalog.
 
+    Why the tiny tiers take the training reward's rule: they are this project's construct, and a grader
+    stricter than the reward lets a miniature lose points to a quirk it was paid for. Measured: under the
+    released extractor ("boxed", an unmatched `}` means no answer) two of three Seq-balance seeds on the
+    standard set, which had learned to answer `\\boxed{9}}` (3% and 8% of their responses; the reward, the
+    last box verified, pays for it), scored 10.9 and 6.9 weighted against 14.0 for the third seed."""
+    from repro import catalog
+    from repro.tasks.tiny_arith import TIERS
+
+    if name in TIERS:
+        return "reward"
     entry = catalog.benchmarks().get(name)
     return "boxed" if entry is None else entry.grading
 

@@ -27,7 +27,7 @@ ACCURACY = "heldout/accuracy"
 RESPONSES = "heldout/n"
 PROBLEMS = "heldout/problems"
 TIMING = "timing_s/heldout"
-GRADING = "boxed"  # what `repro eval` uses for the tiny tiers (grading.benchmark_grading)
+GRADING = "reward"  # what `repro eval` uses for the tiny tiers (grading.benchmark_grading)
 _STREAM_TAG = 0x4E1D  # keeps the held-out stream apart from every other stream seeded from the run seed
 
 

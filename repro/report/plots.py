@@ -11,9 +11,12 @@ Conventions shared by all figures:
   the prompt set appended only when a panel holds more than one (the paper's hard-vs-standard figure);
   the training curves (reward, held-out accuracy, reward-entropy) draw the mean over seeds with a band
   spanning the least to the greatest seed, each seed smoothed first (`seed_bands`), and say so;
-- the training reward is by default the mean over every drawn response (sampler/pool_reward_mean): the
-  update batch's reward (critic/rewards/mean) is, for Seq and DAPO, the selected batch's and flatters them,
-  so it is drawn only when asked for, and labelled as the selected batch's;
+- the training reward is by default the mean over prompts of each prompt's first draw
+  (sampler/first_draw_reward_mean), sized before any reward is seen, so it estimates the policy's pass rate
+  the same way for every method; the mean over every drawn response (sampler/pool_reward_mean, "pool")
+  weights the prompts Seq keeps sampling (the hard ones), and the update batch's reward
+  (critic/rewards/mean, "selected") is, for Seq and DAPO, the selected batch's and flatters them; both are
+  drawn only when asked for, and labelled as such;
 - a method has the same colour in every figure (style.METHOD_COLORS); prompt sets differ by line style;
 - accuracies (pass@k, group shares) are drawn in percent, beside the paper's percentages;
 - "expected" grids default to the paper's: for each backbone of the catalog its `paper_methods`.
@@ -58,7 +61,9 @@ Result = tuple[Figure, list[str]]
 
 REWARD = "critic/rewards/mean"  # the update batch's reward: for Seq and DAPO the selected/balanced batch
 POOL_REWARD = "sampler/pool_reward_mean"  # the reward of every response drawn in the step
-REWARD_SOURCES = {"pool": POOL_REWARD, "selected": REWARD}
+FIRST_REWARD = "sampler/first_draw_reward_mean"  # per prompt the first draw's mean reward, prompts weighted equally
+REWARD_SOURCES = {"first": FIRST_REWARD, "pool": POOL_REWARD, "selected": REWARD}
+DEFAULT_REWARD = "first"
 REWARD_VALUE = "reward"  # the column reward_column fills, run by run, with the reward the figure compares
 HELDOUT = "heldout/accuracy"
 HELDOUT_N = "heldout/n"
@@ -87,6 +92,7 @@ CORRECT_THRESHOLD = 0.5  # eval scores are 0/1; a record counts as correct above
 _METRIC_LABELS = {
     REWARD: "mean reward of the selected update batch",
     POOL_REWARD: "mean reward of all drawn responses",
+    FIRST_REWARD: "mean reward of each prompt's first draw",
     "critic/score/mean": "mean training score",
     ENTROPY: "policy entropy",
 }
@@ -220,14 +226,17 @@ def _method_kind(method: str) -> str | None:
     return None if entry is None else entry.kind
 
 
-def reward_column(training: pd.DataFrame, reward: str = "pool") -> tuple[pd.DataFrame, str, list[str], list[str]]:
+def reward_column(
+    training: pd.DataFrame, reward: str = DEFAULT_REWARD
+) -> tuple[pd.DataFrame, str, list[str], list[str]]:
     """`training` with a REWARD_VALUE column holding, per run, the reward the figure compares.
 
-    `reward` is "pool" (the mean over every drawn response, the same population for every method) or
-    "selected" (the update batch's, which for Seq and DAPO is the selected/balanced batch and so not
-    comparable across methods). A run that never logged the pool mean (a verl GRPO run) falls back to its
-    update-batch reward only when uniform GRPO makes the two equal (it keeps every response); others are
-    left out. Returns (frame, y label, notes about fallbacks, missing lines).
+    `reward` is "first" (per prompt the mean reward of its first draw, sized before any reward is seen, then
+    averaged over prompts: the policy's pass rate, estimated alike for every method), "pool" (the mean over
+    every drawn response, which weights the prompts Seq keeps sampling) or "selected" (the update batch's,
+    for Seq and DAPO the selected/balanced batch). A run that never logged the chosen column (written before
+    it existed) falls back to its update-batch reward only when uniform GRPO makes all three equal (it keeps
+    every response of a fixed-size group); others are left out. Returns (frame, y label, notes, missing).
     """
     if reward not in REWARD_SOURCES:
         raise ReproError(f"--reward must be one of {', '.join(REWARD_SOURCES)}, got {reward!r}")
@@ -238,7 +247,7 @@ def reward_column(training: pd.DataFrame, reward: str = "pool") -> tuple[pd.Data
     )
     notes: list[str] = []
     missing: list[str] = []
-    if reward == "pool":
+    if reward != "selected":
         selected = pd.to_numeric(frame[REWARD], errors="coerce") if REWARD in frame.columns else values * np.nan
         for run, rows in frame.groupby("run", sort=True).groups.items():
             if values.loc[rows].notna().any():
@@ -246,9 +255,9 @@ def reward_column(training: pd.DataFrame, reward: str = "pool") -> tuple[pd.Data
             method = str(frame.loc[rows[0], "method"])
             if _method_kind(method) == "uniform" and selected.loc[rows].notna().any():
                 values.loc[rows] = selected.loc[rows]
-                notes.append(f"{run}: no {POOL_REWARD}; {REWARD} drawn, equal by construction (uniform GRPO)")
+                notes.append(f"{run}: no {column}; {REWARD} drawn, equal by construction (uniform GRPO)")
             else:
-                missing.append(f"run {run}: no {POOL_REWARD} (its {REWARD} is the update batch's, not all responses')")
+                missing.append(f"run {run}: no {column} (its {REWARD} is the update batch's, not the policy's)")
     frame[REWARD_VALUE] = values
     return frame, _METRIC_LABELS[column], notes, missing
 
@@ -291,6 +300,25 @@ def _band_note(means: pd.DataFrame) -> str:
     return "one seed per line: no band"
 
 
+LEGEND_INSIDE_MAX = 6  # more entries than this go beside the panel, where they cannot hide a curve
+LEGEND_WIDTH_IN = 1.8  # what a legend beside the panels adds to the figure's width
+
+
+def _curve_legend(ax, seeds: int) -> None:
+    """The legend of a training-curve panel: inside where it fits, else beside the panel (a full grid has
+    ten method x prompt-set lines, whose legend would cover them)."""
+    title = BAND_LEGEND if seeds > 1 else None
+    if len(ax.get_legend_handles_labels()[1]) > LEGEND_INSIDE_MAX:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, title=title, title_fontsize=7)
+        fig = ax.get_figure()
+        if not getattr(fig, "_repro_legend_room", False):  # once per figure: room for the legend column
+            width, height = fig.get_size_inches()
+            fig.set_size_inches(width + LEGEND_WIDTH_IN, height)
+            fig._repro_legend_room = True
+    else:
+        ax.legend(loc="best", title=title, title_fontsize=7)
+
+
 def _draw_band(ax, x: np.ndarray, lo: np.ndarray, hi: np.ndarray, seeds: np.ndarray, color: str, label: str) -> None:
     """The seed spread as a translucent PolyCollection behind the mean line (only where >1 seed)."""
     if seeds.size and int(seeds.max()) > 1:
@@ -316,14 +344,14 @@ def _step_curves(
         ax.set_xlabel("training step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(ylabel)
-        ax.legend(loc="best", title=BAND_LEGEND if int(part["seeds"].max()) > 1 else None, title_fontsize=7)
+        _curve_legend(ax, int(part["seeds"].max()))
     fig.suptitle(title)
     return fig
 
 
 def reward_curve(
     training: pd.DataFrame,
-    reward: str = "pool",
+    reward: str = DEFAULT_REWARD,
     window: int = 20,
     expected: Expected | None = None,
     metric: str | None = None,
@@ -331,9 +359,10 @@ def reward_curve(
     """Figures 2 and 6: the training reward against step, a trailing `window`-step moving average, one
     panel per backbone; one line per method x prompt set (the mean over seeds) with the seeds' min-max band.
 
-    By default (`reward="pool"`) the reward of every drawn response, which is what compares methods like
-    with like; `reward="selected"` draws the update batch's reward (for Seq and DAPO the selected batch,
-    higher or more balanced by design) and says so. `metric` draws any other logged column instead.
+    By default (`reward="first"`) the mean over prompts of each prompt's first draw, which compares methods
+    like with like; `reward="pool"` draws the mean over every drawn response and `reward="selected"` the
+    update batch's reward (for Seq and DAPO the selected batch, higher or more balanced by design), each
+    labelled as such. `metric` draws any other logged column instead.
     """
     window = _window(window)
     _check(training, "training", (*RUN_KEYS, "step"))
@@ -399,16 +428,17 @@ def _absent_metric(training: pd.DataFrame, means: pd.DataFrame, *metrics: str) -
 def reward_entropy(
     training: pd.DataFrame,
     window: int = 20,
-    reward: str = "pool",
+    reward: str = DEFAULT_REWARD,
     entropy: str = ENTROPY,
     expected: Expected | None = None,
 ) -> Result:
     """Figure 3, the reward-entropy frontier: smoothed reward (y) against smoothed policy entropy (x).
 
-    `reward` is "pool" (every drawn response, the default) or "selected" (the update batch), as in
-    `reward_curve`. Each seed is smoothed with the same trailing window over the steps where it logged
-    both; the line is the mean over seeds, the band the seeds' min-max reward along it, and a dot marks
-    the last step (its error bars: the seeds' min-max of both), so the direction of training is readable.
+    `reward` is "first" (each prompt's first draw, the default), "pool" (every drawn response) or
+    "selected" (the update batch), as in `reward_curve`. Each seed is smoothed with the same trailing window
+    over the steps where it logged both; the line is the mean over seeds, the band the seeds' min-max reward
+    along it, and a dot marks the last step (its error bars: the seeds' min-max of both), so the direction of
+    training is readable.
     """
     window = _window(window)
     _check(training, "training", (*RUN_KEYS, "step"))
@@ -451,7 +481,7 @@ def reward_entropy(
             ax.set_title(backbone)
             ax.set_xlabel(f"{_METRIC_LABELS.get(entropy, entropy)} ({window}-step moving average)")
             ax.set_ylabel(f"{ylabel}\n({window}-step moving average)")
-            ax.legend(loc="best", title=BAND_LEGEND if int(part["seeds"].max()) > 1 else None, title_fontsize=7)
+            _curve_legend(ax, int(part["seeds"].max()))
         fig.suptitle(f"{title}: {ylabel} against policy entropy (dot = last step)")
         _note(fig, [_band_note(means), *notes])
     return fig, missing

@@ -23,6 +23,7 @@ def step_metrics(
     result: StepResult,
     *,
     first_request: np.ndarray,
+    first_draw_reward: np.ndarray | None = None,
     initial_prompts: int,
     gen_batches: int,
     p_hat: np.ndarray | None,
@@ -40,6 +41,14 @@ def step_metrics(
         f"{PREFIX}/additional_samples": float(total - first_request[:initial_prompts].sum()),
         f"{PREFIX}/pool_reward_mean": float(np.sum(result.pool_mean * size) / max(total, 1)),
     }
+    if first_draw_reward is not None:
+        # Each prompt's first request is sized before any of its rewards is seen (n for GRPO, round 1 for Seq,
+        # the allocation for Est, n for each DAPO draw), so the mean of its rewards is an unbiased estimate of
+        # the prompt's pass rate; averaged over prompts with equal weight it is the policy's mean pass rate
+        # on the step's prompts whatever the method. The pool mean is not: Seq keeps drawing on hard prompts
+        # and weights them by how much it drew.
+        drawn = (first_request > 0) & ~(result.failed if result.failed is not None else np.zeros(size.size, bool))
+        m[f"{PREFIX}/first_draw_reward_mean"] = float(first_draw_reward[drawn].mean()) if drawn.any() else 0.0
     rows = result.reward.size
     inc = result.included
     failed = result.failed if result.failed is not None else np.zeros(size.size, dtype=bool)

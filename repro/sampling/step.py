@@ -315,9 +315,11 @@ class StepSampler:
             reward=reward,
             advantage=advantage,
         )
+        first = np.arange(spec.pool_cap)[None, :] < np.minimum(self._first_request, self._count)[:, None]
         result.metrics = step_metrics(
             result,
             first_request=self._first_request,
+            first_draw_reward=np.where(first, self._rewards, 0.0).sum(axis=1) / np.maximum(first.sum(axis=1), 1),
             initial_prompts=self._target,
             gen_batches=self._gen_batches,
             p_hat=self.p_hat if spec.kind == "est" else None,
