@@ -125,11 +125,15 @@ def _base(out_base: str | os.PathLike[str]) -> Path:
     return path
 
 
+METADATA = {"png": {}, "pdf": {"CreationDate": None}}  # a dated PDF differs byte for byte on every save
+
+
 def save(fig: Figure, out_base: str | os.PathLike[str]) -> list[Path]:
     """Write `<out_base>.png` (150 dpi) and `<out_base>.pdf`, each atomically (temp file + os.replace).
 
     A crash mid-write leaves the previous figure (or none), never a truncated file; the temp files are
-    hidden siblings of the targets and are removed on failure.
+    hidden siblings of the targets and are removed on failure. The PDF carries no creation date, so the same
+    results give the same bytes (figures can be compared by hash across runs and refactors).
     """
     base = _base(out_base)
     base.parent.mkdir(parents=True, exist_ok=True)
@@ -139,7 +143,7 @@ def save(fig: Figure, out_base: str | os.PathLike[str]) -> list[Path]:
 
         def draw(handle, fmt=fmt):
             with plot_style():
-                fig.savefig(handle, format=fmt, dpi=DPI, bbox_inches="tight")
+                fig.savefig(handle, format=fmt, dpi=DPI, bbox_inches="tight", metadata=METADATA[fmt])
 
         write_with(target, draw)
         written.append(target)
