@@ -370,7 +370,13 @@ def _read_model_folder(folder: Path, warnings: list[str]) -> tuple[RunInfo, list
 # ---- the tables ---------------------------------------------------------------------------------
 
 
-def _runs_frame(runs: list[RunInfo]) -> pd.DataFrame:
+def _relative(path: Path, root: Path) -> str:
+    """A run folder's path relative to the runs root, with forward slashes: results/ travel between machines
+    (and into git) without naming the folders of the one that collected them."""
+    return Path(os.path.relpath(path, root.resolve())).as_posix()
+
+
+def _runs_frame(runs: list[RunInfo], root: Path) -> pd.DataFrame:
     rows = [
         {
             "run": r.run,
@@ -383,7 +389,7 @@ def _runs_frame(runs: list[RunInfo]) -> pd.DataFrame:
             "corrupt_lines": r.corrupt_lines,
             "duplicate_steps": r.duplicate_steps,
             "metrics_files": r.metrics_files,
-            "path": str(r.path),
+            "path": _relative(r.path, root),
         }
         for r in runs
     ]
@@ -548,7 +554,7 @@ def collect(runs_root: str | os.PathLike[str], results: str | os.PathLike[str]) 
             reasons = "; ".join(f"{name}: {why}" for name, why in report.skipped)
             raise ReproError(f"no readable run folders under {runs_root} ({reasons})")
         report.tables = {
-            "runs": _runs_frame(report.runs),
+            "runs": _runs_frame(report.runs, runs_root),
             "training": _training_frame(training),
             "eval": _eval_frame(evals),
         }

@@ -1,7 +1,7 @@
 """The tidy tables `repro collect` writes to results/, shared by collect, tables and plots.
 
 - runs:     one row per run folder: RUN_KEYS + state, steps_logged, corrupt_lines, duplicate_steps,
-            metrics_files, path.
+            metrics_files, path (the run folder relative to the runs root, forward slashes).
 - training: one row per run x step: RUN_KEYS + "step" + one column per logged metric, named exactly as
             logged (verl names such as "critic/rewards/mean", "actor/entropy", "timing_s/step", and the
             sampler's "sampler/...", "dapo/...", "est/...").
