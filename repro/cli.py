@@ -1,4 +1,4 @@
-"""The `repro` command line: wiring only; each command's work lives in its own module."""
+"""The `repro` command line: wiring only; each command group lives in its own module of repro.commands."""
 
 from __future__ import annotations
 
@@ -7,18 +7,7 @@ import sys
 import typer
 from typer._click import exceptions as click_exc  # typer 0.29 raises its own copy of click's errors
 
-from repro import (
-    catalog_commands,
-    collect_commands,
-    data_commands,
-    eval_commands,
-    plot_commands,
-    report_commands,
-    run_commands,
-    simulate_commands,
-    sweep_commands,
-    table_commands,
-)
+from repro.commands import catalog, collect, data, evaluate, plot, report, run, simulate, sweep, table
 from repro.errors import ReproError
 
 app = typer.Typer(
@@ -38,19 +27,19 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
 )
-app.command("run")(run_commands.run)
-app.command("eval")(eval_commands.eval_cmd)
-app.add_typer(data_commands.app, name="data")
-app.command("collect")(collect_commands.collect)
-app.add_typer(table_commands.app, name="table")
-app.add_typer(plot_commands.app, name="plot")
-app.command("report")(report_commands.report)
-app.add_typer(sweep_commands.app, name="sweep")
-app.command("status")(sweep_commands.status)
-app.command("cancel")(sweep_commands.cancel)
-app.command("models")(catalog_commands.models)
-app.command("methods")(catalog_commands.methods)
-app.add_typer(simulate_commands.app, name="simulate")
+app.command("run")(run.run)
+app.command("eval")(evaluate.eval_cmd)
+app.add_typer(data.app, name="data")
+app.command("collect")(collect.collect)
+app.add_typer(table.app, name="table")
+app.add_typer(plot.app, name="plot")
+app.command("report")(report.report)
+app.add_typer(sweep.app, name="sweep")
+app.command("status")(sweep.status)
+app.command("cancel")(sweep.cancel)
+app.command("models")(catalog.models)
+app.command("methods")(catalog.methods)
+app.add_typer(simulate.app, name="simulate")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from repro.collect_commands import collect as collect_command
+from repro.commands.collect import collect as collect_command
 from repro.errors import ReproError
 from repro.report.collect import collect, read_results, results_lock
 from repro.report.schema import RUN_KEYS, TABLES, WEIGHTED_AVERAGE

@@ -114,7 +114,7 @@ def _raw_rows(path: Path, problems: list[tuple[str, str]]) -> Path:
 def test_the_filter_samples_the_training_chat_and_drops_long_training_prompts(monkeypatch, tmp_path) -> None:
     """A paper backbone's filter: requests carry the suffix, and prompts over 700 tokens leave training too
     (not only validation). Token counts: one token per word, so the long problem has 701."""
-    import repro.data_commands as dc
+    import repro.commands.data as dc
 
     seen = _fake_vllm(monkeypatch)
     monkeypatch.setattr(flt, "token_counter", lambda _path: lambda text: len(text.split()))

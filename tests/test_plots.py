@@ -17,7 +17,7 @@ import pytest
 from matplotlib.colors import to_hex
 from typer.testing import CliRunner
 
-from repro import plot_commands
+from repro.commands import plot as plot_commands
 from repro.errors import ReproError
 from repro.report import plots, style
 from repro.report.schema import WEIGHTED_AVERAGE

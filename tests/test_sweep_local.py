@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import typer
 
-from repro import sweep_commands
 from repro.cli import main
+from repro.commands import sweep as sweep_commands
 from repro.errors import ReproError
 from repro.launch.local import run_local
 from repro.rundir import RunDir, cell_name

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 import typer
 
-from repro import cli, table_commands
+from repro import cli
+from repro.commands import table as table_commands
 from repro.errors import ReproError
 from repro.report import tables
 from repro.report.schema import WEIGHTED_AVERAGE

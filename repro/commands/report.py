@@ -9,11 +9,11 @@ import typer
 from rich.markup import escape
 
 from repro.atomic import write_text
+from repro.commands.table import load_table
 from repro.console import stderr_console
 from repro.errors import ReproError
 from repro.report import report as builder
 from repro.report.schema import DEFAULT_RESULTS
-from repro.table_commands import load_table
 
 
 def report(
