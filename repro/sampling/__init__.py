@@ -3,8 +3,9 @@
 from repro.sampling.allocation import allocate, continuous_allocation, largest_remainder, residual_weights
 from repro.sampling.drive import run_step_sync
 from repro.sampling.estimator import BetaBernoulliEstimator
+from repro.sampling.result import StepResult
 from repro.sampling.spec import SamplerSpec
-from repro.sampling.step import DapoCapExceeded, StepResult, StepSampler
+from repro.sampling.step import DapoCapExceeded, StepSampler
 
 
 def make_estimator(spec: SamplerSpec) -> BetaBernoulliEstimator:

@@ -6,15 +6,11 @@ into missing positives and missing negatives), prompts resolved within two round
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from repro.sampling.advantage import group_stats
+from repro.sampling.result import StepResult
 from repro.sampling.rules import required_negatives, required_positives
-
-if TYPE_CHECKING:
-    from repro.sampling.step import StepResult
 
 PREFIX = "sampler"
 

@@ -14,7 +14,6 @@ order, so a response is identified by (slot, index) and a driver keeps its own l
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,6 +22,7 @@ from repro.sampling.allocation import allocate, residual_weights
 from repro.sampling.downsample import select_group
 from repro.sampling.estimator import BetaBernoulliEstimator
 from repro.sampling.metrics import step_metrics
+from repro.sampling.result import StepResult
 from repro.sampling.rules import exit_met
 from repro.sampling.spec import SamplerSpec
 
@@ -31,32 +31,6 @@ WAITING, OUTSTANDING, FINISHED = 0, 1, 2
 
 class DapoCapExceeded(RuntimeError):
     """DAPO hit its generation-batch cap before collecting enough mixed groups (verl raises too)."""
-
-
-@dataclass
-class StepResult:
-    """What the update needs, flat over kept responses, plus per-prompt pool statistics."""
-
-    spec: SamplerSpec
-    prompt_ids: list[Hashable]
-    pool_size: np.ndarray  # [slots] responses drawn
-    pool_positives: np.ndarray  # [slots]
-    pool_mean: np.ndarray  # [slots] mean reward over the whole pool: the global baseline
-    weight: np.ndarray  # [slots] Est residual weight (1 elsewhere)
-    included: np.ndarray  # [slots] whether the prompt has an update group
-    rounds: np.ndarray  # [slots] request batches completed
-    exit_round: np.ndarray  # [slots] round the exit rule was met, 0 if never (seq only)
-    slot: np.ndarray  # [rows] prompt slot of each kept response
-    index: np.ndarray  # [rows] arrival position of the response within its pool
-    reward: np.ndarray  # [rows]
-    advantage: np.ndarray  # [rows]
-    metrics: dict[str, float] = field(default_factory=dict)
-    failed: np.ndarray | None = None  # [slots] prompts whose generation failed (`StepSampler.fail`); never included
-
-    def group(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
-        """Kept arrival indices and their advantages for one prompt."""
-        rows = self.slot == slot
-        return self.index[rows], self.advantage[rows]
 
 
 class StepSampler:
