@@ -71,6 +71,7 @@ def filter_cmd(
       repro data filter --model qwen2.5-math-7b --pass-rate 0.125 --input RLHFlow/reinforce_ada_hard_prompt
     """
     from repro.data import filter as flt
+    from repro.data.candidates import load_candidates
     from repro.evaluation.generation import make_generator
     from repro.paths import repro_home
     from repro.prompting import template_for
@@ -83,7 +84,7 @@ def filter_cmd(
     out_dir = out or repro_home() / "data" / f"{model}-{name}"
     template = template_for(model)
     started = time.perf_counter()
-    rows, prefiltered = flt.load_candidates(source, input_file, template)
+    rows, prefiltered = load_candidates(source, input_file, template)
     stages = {"loaded": len(rows)}
     rows = flt.dedupe(rows)
     stages["after_dedupe"] = len(rows)

@@ -1,8 +1,8 @@
 """`repro data filter`: the paper's training-set construction (PROTOCOL.md "Training data").
 
-Stages: load (OpenR1-Math-220k `default`, the tiny-arith pool, a local file, or a released pre-filtered
-verl set), de-duplicate, drop prompts whose reference answer does not verify, sample the base model
-`base_samples` times per prompt, keep 0 < pass rate <= threshold, drop prompts over 700 tokens (training
+Stages: load (`repro.data.candidates`: OpenR1-Math-220k `default`, the tiny-arith pool, a local file, or a
+released pre-filtered verl set), de-duplicate, drop prompts whose reference answer does not verify, sample
+the base model `base_samples` times per prompt, keep 0 < pass rate <= threshold, drop prompts over 700 tokens (training
 and validation alike, as the released reformat.py does), and write verl Parquet plus a summary. Every
 prompt is built with the backbone's template (`repro.prompting`): the filter samples the very chat that
 training and evaluation send.
@@ -25,9 +25,6 @@ from repro.atomic import append_lines, drop_torn_tail, write_text
 from repro.errors import ReproError
 from repro.prompting import chat_messages, problem_text
 from repro.reward import compute_score
-from repro.rows import read_rows
-
-OPENR1 = {"hf": "open-r1/OpenR1-Math-220k", "config": "default", "split": "train"}
 
 
 @dataclass(frozen=True)
@@ -41,39 +38,6 @@ class Candidate:
 
 def _key(text: str) -> str:
     return hashlib.sha1(" ".join(text.split()).lower().encode()).hexdigest()[:16]
-
-
-def load_candidates(
-    source: str, local_file: Path | None, template: catalog.PromptTemplate
-) -> tuple[list[Candidate], bool]:
-    """Rows to filter, and whether they are already a filtered verl set (released `RLHFlow/reinforce_ada_*`).
-
-    `local_file` may also be a Hub id (a released set): it is loaded with `datasets` like OpenR1."""
-    from repro.data import released
-
-    user_file = local_file is not None
-    if source == "tiny-arith" and not user_file:
-        from repro.tasks.tiny_arith import ensure_data
-
-        local_file = ensure_data(0)["train"]
-    if local_file is not None and released.is_hub_id(str(local_file)):
-        rows = released.load_hub_rows(str(local_file))
-    elif local_file is not None:
-        rows = read_rows(Path(local_file))
-    elif source == "openr1":
-        try:
-            from datasets import load_dataset
-
-            rows = [dict(r) for r in load_dataset(OPENR1["hf"], OPENR1["config"], split=OPENR1["split"])]
-        except Exception as exc:
-            raise ReproError(
-                f"cannot load {OPENR1['hf']} ({OPENR1['config']}) from the Hub ({type(exc).__name__}); "
-                "download it elsewhere and pass --input FILE (JSONL/Parquet with problem, answer[, solution])"
-            ) from exc
-    else:
-        raise ReproError(f"unknown --source {source!r}; valid: openr1, tiny-arith (or pass --input FILE)")
-    prefiltered = bool(rows) and is_verl_row(rows[0])
-    return candidates_from_rows(rows, source, template), prefiltered and user_file
 
 
 def is_verl_row(row: dict) -> bool:
