@@ -11,6 +11,7 @@ import yaml
 
 from repro import catalog
 from repro.errors import ReproError
+from repro.launch.slurm_options import SlurmOptions
 
 _KEYS = {"name", "description", "backbones", "methods", "prompt_sets", "seeds", "preset", "engine", "overrides"}
 _KEYS |= {"slurm", "ray"}
@@ -38,7 +39,7 @@ class Sweep:
     preset: str = "paper"
     engine: str = "local"
     overrides: dict[str, Any] = field(default_factory=dict)
-    slurm: dict[str, Any] = field(default_factory=dict)  # sbatch defaults (repro.launch.slurm.SlurmOptions)
+    slurm: dict[str, Any] = field(default_factory=dict)  # sbatch defaults (repro.launch.slurm_options.SlurmOptions)
     ray: dict[str, Any] = field(default_factory=dict)  # Jobs API defaults: address, python
 
     def cells(self) -> list[Cell]:
@@ -89,8 +90,6 @@ def load_sweep(path: str | Path) -> Sweep:
     ray = data.get("ray") or {}
     if not isinstance(slurm, dict) or not isinstance(ray, dict):
         raise ReproError(f"{path}: 'slurm' and 'ray' must be mappings (e.g. slurm: {{account: my-acct}})")
-    from repro.launch.slurm import SlurmOptions
-
     SlurmOptions.from_mapping(slurm, str(path))  # reject a bad option now, not at submission
     if set(ray) - _RAY_KEYS:
         raise ReproError(f"{path}: unknown ray options {sorted(set(ray) - _RAY_KEYS)}; valid: {sorted(_RAY_KEYS)}")

@@ -1,5 +1,5 @@
-"""Launchers: run every cell of a sweep file. Only `local` (subprocesses on this machine) exists so far."""
+"""Launchers: run every cell of a sweep file (`local`: subprocesses here; `slurm`, `ray_jobs`: a scheduler).
 
-from repro.launch.local import CellOutcome, SweepReport, run_local
-
-__all__ = ["CellOutcome", "SweepReport", "run_local"]
+The package imports none of its modules, so that importing one (`repro.cell_config` needs
+`repro.launch.attempt`) does not pull in the launchers, which build on the cell configuration.
+"""

@@ -14,7 +14,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,57 +22,15 @@ from repro.atomic import write_text
 from repro.errors import ReproError
 from repro.launch.jobs import JobState, now
 from repro.launch.plan import CellPlan
+from repro.launch.slurm_options import SlurmOptions
 from repro.paths import repro_home
 
 SCRIPT_NAME = "job.sbatch"
 SLURM_DIR = "slurm"  # inside the run folder: the script and the jobs' output files
 RAY_PORT = 6379
-_TIME_RE = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
 
 _QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED"}
 _RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING", "STOPPED"}
-
-
-@dataclass(frozen=True)
-class SlurmOptions:
-    """sbatch options; from `repro sweep run` flags, else the sweep file's `slurm:` mapping, else these."""
-
-    account: str | None = None
-    partition: str | None = None
-    time: str = "3-00:00:00"  # a paper cell: ~600 steps at 50-220 s/step on 8xH100 (Table 2)
-    gpus_per_node: int | None = None  # default: the backbone's n_gpus_per_node (catalog)
-    cpus_per_task: int | None = None  # default: 8 per GPU for GPU cells, 2 for CPU cells
-    mem: str | None = None  # e.g. "0" (all of the node) or "200G"; default: the cluster's
-    extra: tuple[str, ...] = field(default_factory=tuple)  # further "#SBATCH" options, e.g. "--qos=high"
-
-    @classmethod
-    def from_mapping(cls, data: dict[str, Any], where: str) -> SlurmOptions:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ReproError(f"{where}: unknown slurm options {unknown}; valid: {sorted(known)}")
-        values = dict(data)
-        if "extra" in values:
-            extra = values["extra"]
-            if not isinstance(extra, list) or not all(isinstance(x, str) for x in extra):
-                raise ReproError(f"{where}: slurm.extra must be a list of sbatch options like '--qos=high'")
-            values["extra"] = tuple(extra)
-        options = cls(**values)
-        options.check(where)
-        return options
-
-    def merged(self, **flags: Any) -> SlurmOptions:
-        """These options with every flag that was given (not None) on top."""
-        given = {k: v for k, v in flags.items() if v is not None and v != ()}
-        return SlurmOptions(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **given})
-
-    def check(self, where: str = "slurm options") -> None:
-        if not isinstance(self.time, str) or not _TIME_RE.match(self.time):
-            raise ReproError(f"{where}: time {self.time!r} is not a Slurm time such as 3-00:00:00 or 90:00")
-        for name in ("gpus_per_node", "cpus_per_task"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ReproError(f"{where}: {name} must be a positive integer, got {value!r}")
 
 
 def _q(value: str | os.PathLike[str]) -> str:
