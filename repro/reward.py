@@ -9,11 +9,12 @@ Training on CPU, the verl reward hook (`custom_reward_function`) and evaluation 
 so a response is judged the same way everywhere. Failures to parse or verify score 0 and are counted,
 never raised: one odd response must not stop a run.
 
-math-verify's own time limits use SIGALRM, which only works in the main thread. verl calls the reward in
-executor threads, so there `compute_score` hands verification to a worker process with a hard limit
-(`repro.evaluation.grading.Grader`, the evaluation grader, which runs this module's `_judge`): a call over
-`REWARD_TIMEOUT_S` is abandoned by killing the worker, scores 0 and is counted as "timeout". Verdicts are
-memoised in this process either way, so a repeated answer never leaves it.
+The comparison itself is `repro.verifier.judge` (math-verify, memoised). Its time limits use SIGALRM,
+which only works in the main thread. verl calls the reward in executor threads, so there `compute_score`
+hands verification to a worker process with a hard limit (`repro.evaluation.judge_pool.JudgePool`, the
+evaluation grader's workers, which run the same `judge`): a call over `REWARD_TIMEOUT_S` is abandoned by
+killing the worker, scores 0 and is counted as "timeout". Verdicts are memoised in this process either
+way, so a repeated answer never leaves it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ import atexit
 import os
 import threading
 from collections import Counter
-from functools import lru_cache
+
+from repro import verifier
+from repro.evaluation.judge_pool import JudgePool
+from repro.verifier import judge as _judge  # the main-thread comparison; tests and repro.local.heldout use this name
 
 STATS: Counter[str] = Counter()
 REWARD_TIMEOUT_S = 10.0  # hard limit per verification off the main thread (the worker is killed past it)
@@ -76,21 +80,7 @@ def reward_answer(text: str, rule: str | None = None) -> str | None:
     return boxed or None
 
 
-def _in_main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
-@lru_cache(maxsize=4096)
-def _gold(ground_truth: str, seconds: int | None = 5):
-    from math_verify import LatexExtractionConfig, parse
-
-    return parse(f"\\boxed{{{ground_truth}}}", extraction_config=[LatexExtractionConfig()], parsing_timeout=seconds)
-
-
-_CACHE: dict[tuple[str, str], tuple[float, str]] = {}
-
-
-_GRADER = None  # the off-main-thread worker (a Grader), started on first use; its pid guards against forks
+_GRADER = None  # the off-main-thread worker (a JudgePool), started on first use; its pid guards against forks
 _GRADER_PID = 0
 _GRADER_LOCK = threading.Lock()
 
@@ -98,8 +88,7 @@ _GRADER_LOCK = threading.Lock()
 def clear_cache() -> None:
     """Forget memoised verdicts and stop the off-main-thread worker (the next call starts a fresh one)."""
     global _GRADER
-    _CACHE.clear()
-    _gold.cache_clear()
+    verifier.clear_cache()
     with _GRADER_LOCK:
         if _GRADER is not None and os.getpid() == _GRADER_PID:
             _GRADER.close()
@@ -110,9 +99,7 @@ def _shared_grader():
     """This process's hard-limit grading worker, (re)made with the current limits; call under _GRADER_LOCK."""
     global _GRADER, _GRADER_PID
     if _GRADER is None or os.getpid() != _GRADER_PID:  # a forked child must not share its parent's pipe
-        from repro.evaluation.grading import Grader
-
-        _GRADER = Grader(timeout_s=REWARD_TIMEOUT_S, inner_timeout_s=REWARD_INNER_TIMEOUT_S)
+        _GRADER = JudgePool(timeout_s=REWARD_TIMEOUT_S, inner_timeout_s=REWARD_INNER_TIMEOUT_S)
         _GRADER_PID = os.getpid()
         atexit.register(clear_cache)  # stop the worker while the interpreter can still do so cleanly
     return _GRADER
@@ -121,12 +108,12 @@ def _shared_grader():
 def _judge_hard(prediction: str, ground_truth: str) -> tuple[float, str]:
     """`_judge` off the main thread: memo first, else the worker process, under a hard time limit.
 
-    One worker per process, one item at a time (a Grader is not thread-safe); verl's reward workers are
+    One worker per process, one item at a time (a JudgePool is not thread-safe); verl's reward workers are
     separate processes, and in-thread verification was serialised by the GIL anyway."""
     global _GRADER
-    key = (prediction, ground_truth)
-    if key in _CACHE:
-        return _CACHE[key]
+    known = verifier.recall(prediction, ground_truth)
+    if known is not None:
+        return known
     with _GRADER_LOCK:
         try:
             grade = _shared_grader().judge(prediction, ground_truth)
@@ -134,39 +121,8 @@ def _judge_hard(prediction: str, ground_truth: str) -> tuple[float, str]:
             _GRADER = None
             return 0.0, "error"
     result = (grade.score, grade.outcome)
-    if grade.outcome in ("correct", "wrong", "parse_failed") and len(_CACHE) < 500_000:
-        _CACHE[key] = result
-    return result
-
-
-def _judge(prediction: str, ground_truth: str, *, timeout: int = 5, use_cache: bool = True) -> tuple[float, str]:
-    """math-verify's verdict, memoised. Its timeouts use SIGALRM, which exists only in the main thread;
-    elsewhere (verl runs reward functions in executor threads) they are switched off rather than letting
-    every call fail. Errors are not memoised, so a transient failure cannot stick to an answer."""
-    key = (prediction, ground_truth)
-    if use_cache and key in _CACHE:
-        return _CACHE[key]
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
-
-    seconds = timeout if _in_main_thread() else None
-    try:
-        gold = _gold(ground_truth, seconds)
-        pred = parse(
-            f"\\boxed{{{prediction}}}",
-            extraction_config=[ExprExtractionConfig(), LatexExtractionConfig()],
-            parsing_timeout=seconds,
-        )
-        if not pred:
-            result = (0.0, "parse_failed")
-        else:
-            ok = verify(gold, pred, timeout_seconds=seconds)
-            result = (1.0, "correct") if ok else (0.0, "wrong")
-    except TimeoutError:
-        return 0.0, "timeout"
-    except Exception:  # math-verify/sympy raise many types on odd input; the response simply scores 0
-        return 0.0, "error"
-    if use_cache and len(_CACHE) < 500_000:
-        _CACHE[key] = result
+    if grade.outcome in ("correct", "wrong", "parse_failed"):
+        verifier.remember(prediction, ground_truth, result)
     return result
 
 
@@ -181,7 +137,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     if boxed is None:
         STATS["no_boxed"] += 1
         return 0.0
-    judge = _judge if _in_main_thread() else _judge_hard
+    judge = _judge if verifier.in_main_thread() else _judge_hard
     score, outcome = judge(boxed, str(ground_truth).strip())
     STATS[outcome] += 1
     return score

@@ -19,7 +19,6 @@ from repro import reward
 from repro.evaluation import qwen_math
 
 GRADING_MODES = ("reward", "boxed", "qwen-math")
-MATH_VERIFY_MODES = ("reward", "boxed")  # the modes that compare with math-verify (repro.reward._judge)
 
 _BOXED_WORD = re.compile(r"\\boxed\s+([a-zA-Z0-9]+)")
 
