@@ -204,6 +204,7 @@ def verl_run(
     val_file: Path | None = None,
     wandb: bool = False,
     sets: dict[str, Any] | None = None,
+    loggers: tuple[str, ...] = (),
 ) -> VerlRun:
     from repro.launch.attempt import PLACEHOLDER
     from repro.verl_plugin.config_builder import VerlCell, build_overrides
@@ -227,6 +228,7 @@ def verl_run(
         wandb=wandb,
         overrides=dict(sets or {}),
         model_path=model_path,
+        loggers=tuple(loggers),
     )
     overrides = build_overrides(cell)
     values = dict(item.split("=", 1) for item in overrides)

@@ -12,9 +12,10 @@ import yaml
 from repro import catalog
 from repro.errors import ReproError
 from repro.launch.slurm_options import SlurmOptions
+from repro.loggers import ALWAYS, parse_loggers
 
 _KEYS = {"name", "description", "backbones", "methods", "prompt_sets", "seeds", "preset", "engine", "overrides"}
-_KEYS |= {"slurm", "ray"}
+_KEYS |= {"slurm", "ray", "logger"}
 ENGINES = ("local", "verl")  # CPU backbones: the CPU trainer, or verl's real trainer (GPU backbones: always verl)
 _RAY_KEYS = {"address", "python"}
 PRESETS = ("paper", "released")
@@ -39,6 +40,7 @@ class Sweep:
     preset: str = "paper"
     engine: str = "local"
     overrides: dict[str, Any] = field(default_factory=dict)
+    loggers: tuple[str, ...] = ALWAYS  # `logger:` (a list or a comma string), as `repro run --logger` takes it
     slurm: dict[str, Any] = field(default_factory=dict)  # sbatch defaults (repro.launch.slurm_options.SlurmOptions)
     ray: dict[str, Any] = field(default_factory=dict)  # Jobs API defaults: address, python
 
@@ -86,6 +88,12 @@ def load_sweep(path: str | Path) -> Sweep:
     overrides = data.get("overrides") or {}
     if not isinstance(overrides, dict):
         raise ReproError(f"{path}: 'overrides' must be a mapping of dotted verl keys to values")
+    logger = data.get("logger")
+    if logger is not None and not isinstance(logger, str | list):
+        raise ReproError(
+            f"{path}: 'logger' must be a list or a comma string (e.g. logger: [console, file, tensorboard])"
+        )
+    loggers = parse_loggers(logger, where=str(path))
     slurm = data.get("slurm") or {}
     ray = data.get("ray") or {}
     if not isinstance(slurm, dict) or not isinstance(ray, dict):
@@ -103,6 +111,7 @@ def load_sweep(path: str | Path) -> Sweep:
         preset=preset,
         engine=engine,
         overrides=dict(overrides),
+        loggers=loggers,
         slurm=dict(slurm),
         ray=dict(ray),
     )

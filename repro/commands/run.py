@@ -23,6 +23,8 @@ from repro.cell_config import (
 )
 from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
+from repro.loggers import DEFAULT as DEFAULT_LOGGERS
+from repro.loggers import LOGGERS, parse_loggers
 from repro.rundir import RunDir, cell_name
 
 DEFAULT_RUNS_ROOT = Path("runs")
@@ -68,7 +70,19 @@ def run(
         Path | None, typer.Option("--train-file", help="GPU runs: verl Parquet of training prompts.")
     ] = None,
     val_file: Annotated[Path | None, typer.Option("--val-file", help="GPU runs: verl Parquet for validation.")] = None,
-    wandb: Annotated[bool, typer.Option("--wandb", help="GPU runs: also log to Weights & Biases.")] = False,
+    logger: Annotated[
+        str,
+        typer.Option(
+            "--logger",
+            help=f"Experiment loggers, comma-separated from {', '.join(LOGGERS)}; both engines log through "
+            "verl's Tracking. file is always kept: it is the run folder's durable metrics "
+            "(metrics/attempt-NNN.jsonl, what `repro collect` reads). tensorboard writes <run folder>/tensorboard. "
+            "On the CPU trainer the progress bar is the console logger (verl's console printer is not added).",
+        ),
+    ] = DEFAULT_LOGGERS,
+    wandb: Annotated[
+        bool, typer.Option("--wandb", help="Also log to Weights & Biases (the same as adding wandb to --logger).")
+    ] = False,
     engine: Annotated[
         str | None,
         typer.Option(
@@ -92,6 +106,8 @@ def run(
 
       repro run --model tiny-arith --method est --dry-run
 
+      repro run --model tiny-arith --method grpo-n4 --logger console,file,tensorboard   # tensorboard --logdir runs
+
       repro run --model tiny-arith --method seq-balance --engine verl --steps 3   # rehearse a cluster cell
 
       repro run --model qwen2.5-math-1.5b --method seq-balance --dry-run   # the verl command for a GPU cell
@@ -99,6 +115,7 @@ def run(
     GPU backbones run verl 0.9.1 with the Reinforce-Ada plugin (`pip install -e .[gpu]` on the GPU machine);
     `--set key=value` then takes dotted verl config keys.
     """
+    loggers = parse_loggers(logger, wandb=wandb)
     backbone = catalog.get_backbone(model)
     catalog.get_method(method)
     prompt_set = prompt_set or backbone.prompt_set
@@ -120,7 +137,7 @@ def run(
             preset,
             train_file,
             val_file,
-            wandb,
+            loggers,
             verl_sets,
             overwrite,
             dry_run,
@@ -133,10 +150,10 @@ def run(
         typer.echo(yaml.safe_dump(config.to_dict(), sort_keys=False))
         return
     config, note = resolve_cpu_config(model, method, prompt_set, seed, steps, batch, parse_sets(sets or []))
-    _train(config, path, overwrite, note)
+    _train(config, path, overwrite, note, loggers)
 
 
-def _train(config, path: Path, overwrite: bool, note: str | None) -> None:
+def _train(config, path: Path, overwrite: bool, note: str | None, loggers: tuple[str, ...]) -> None:
     from repro.launch.attempt import launcher_from_env
     from repro.local.model import TinyModelSpec
     from repro.local.trainer import CpuTrainer
@@ -173,7 +190,7 @@ def _train(config, path: Path, overwrite: bool, note: str | None) -> None:
                     samples=metrics["sampler/responses_total"],
                 )
 
-            trainer = CpuTrainer(config, rundir, on_step=on_step)
+            trainer = CpuTrainer(config, rundir, on_step=on_step, loggers=loggers)
             progress.update(
                 task, completed=trainer.rundir.latest_checkpoint()[0] if trainer.rundir.latest_checkpoint() else 0
             )
@@ -199,7 +216,7 @@ def _train(config, path: Path, overwrite: bool, note: str | None) -> None:
 
 
 def _run_verl(
-    model, method, prompt_set, seed, path: Path, preset, train_file, val_file, wandb, sets, overwrite, dry_run
+    model, method, prompt_set, seed, path: Path, preset, train_file, val_file, loggers, sets, overwrite, dry_run
 ) -> None:
     from repro.launch.attempt import run_attempt
     from repro.verl_plugin.config_builder import compose_and_validate, shell_command
@@ -213,8 +230,8 @@ def _run_verl(
         preset=preset,
         train_file=train_file,
         val_file=val_file,
-        wandb=wandb,
         sets=sets,
+        loggers=loggers,
     )
     cfg = compose_and_validate(spec.overrides)
     if dry_run:

@@ -14,6 +14,7 @@ from typing import Any
 from repro import catalog
 from repro.cell_config import VerlRun, parse_sets, resolve_cpu_config, verl_run, verl_size_sets
 from repro.launch.attempt import PLACEHOLDER
+from repro.loggers import ALWAYS, as_option
 from repro.rundir import cell_name
 from repro.sweep import Cell, Sweep
 
@@ -78,6 +79,7 @@ def cpu_argv(cell: Cell, sweep: Sweep, runs_root: Path, options: CpuOptions, pyt
         str(runs_root),
         *(["--engine", "verl"] if sweep.engine == "verl" else []),
         *_set_args(sweep.overrides),
+        *(["--logger", as_option(sweep.loggers)] if sweep.loggers != ALWAYS else []),
         *options.args(),
     ]
 
@@ -100,14 +102,23 @@ def plan_cell(
         sets = parse_sets([a for prev, a in itertools.pairwise(argv) if prev == "--set"])
         if sweep.engine == "verl":  # the job's `repro run --engine verl` records the same verl config
             sets.update(options.verl_sets())
-            spec = verl_run(cell.backbone, cell.method, cell.prompt_set, cell.seed, run_dir, sets=sets)
+            spec = verl_run(
+                cell.backbone, cell.method, cell.prompt_set, cell.seed, run_dir, sets=sets, loggers=sweep.loggers
+            )
             return CellPlan(cell, name, run_dir, spec.config, argv, None)
         config, _note = resolve_cpu_config(
             cell.backbone, cell.method, cell.prompt_set, cell.seed, options.steps, options.batch, sets
         )
         return CellPlan(cell, name, run_dir, config.to_dict(), argv, None)
     spec = verl_run(
-        cell.backbone, cell.method, cell.prompt_set, cell.seed, run_dir, preset=sweep.preset, sets=sweep.overrides
+        cell.backbone,
+        cell.method,
+        cell.prompt_set,
+        cell.seed,
+        run_dir,
+        preset=sweep.preset,
+        sets=sweep.overrides,
+        loggers=sweep.loggers,
     )
     return CellPlan(cell, name, run_dir, spec.config, attempt_argv(run_dir, spec.trainer_argv(), python), spec)
 

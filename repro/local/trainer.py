@@ -5,7 +5,9 @@ responses each prompt gets (rounds for Seq, refills for DAPO, an allocation for 
 the project's reward function, take the update groups and advantages from the core, recompute the old
 log-probs with the current policy, and run the PPO mini-batch updates. A checkpoint after every step
 (model, optimizer, scheduler, data order, RNG states, Est estimator) makes a SIGKILL cost at most the
-step in flight; metrics go to one verl file-logger JSON-lines file per attempt.
+step in flight; metrics go to one verl file-logger JSON-lines file per attempt (the project's own
+fsynced MetricsWriter, the durable source), and also, with `repro run --logger ...`, to verl's `Tracking`
+backends (tensorboard under <run folder>/tensorboard, wandb), as verl cells log.
 
 Every `eval_every` steps (and at the first and last) the updated model is scored on a fixed held-out
 slice of the test tiers (`repro.local.heldout`): `heldout/accuracy`, its responses `heldout/n`, and
@@ -15,10 +17,12 @@ samples from its own generator, so it cannot change what training draws.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +36,7 @@ from repro.local.generate import make_batch, response_logprobs, sample
 from repro.local.heldout import HeldoutEval, heldout_problems, is_eval_step
 from repro.local.model import quiet_transformers
 from repro.local.ppo import PPOSettings, actor_config, ppo_update, select
+from repro.loggers import ALWAYS, TENSORBOARD_ENV, TENSORBOARD_FOLDER, tracking_backends
 from repro.reward import compute_score
 from repro.rundir import MetricsWriter, RunDir
 from repro.sampling import BetaBernoulliEstimator, SamplerSpec, StepSampler, make_estimator
@@ -98,8 +103,39 @@ def _stats(prefix: str, values: np.ndarray) -> dict[str, float]:
     }
 
 
+def open_tracking(config: RunConfig, rundir: RunDir, loggers: Sequence[str]):
+    """verl's Tracking over the chosen backends other than file and console (see repro.loggers), or None
+    when there are none. TensorBoard writes <run folder>/tensorboard (TENSORBOARD_DIR is read when the
+    adapter is built, then put back); verl's "Saving tensorboard log" line goes to stderr, away from the
+    command's stdout."""
+    backends = tracking_backends(loggers)
+    if not backends:
+        return None
+    from verl.utils.tracking import Tracking
+
+    previous = os.environ.get(TENSORBOARD_ENV)
+    os.environ[TENSORBOARD_ENV] = str(Path(rundir.path) / TENSORBOARD_FOLDER)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            # Tracking reads config["trainer"] (wandb_proxy); the run's own config goes to wandb beside it
+            return Tracking(
+                "repro", rundir.path.name, default_backend=backends, config={"trainer": {}, **config.to_dict()}
+            )
+    finally:
+        if previous is None:
+            os.environ.pop(TENSORBOARD_ENV, None)
+        else:
+            os.environ[TENSORBOARD_ENV] = previous
+
+
 class CpuTrainer:
-    def __init__(self, config: RunConfig, rundir: RunDir, on_step: Callable[[int, dict], None] | None = None):
+    def __init__(
+        self,
+        config: RunConfig,
+        rundir: RunDir,
+        on_step: Callable[[int, dict], None] | None = None,
+        loggers: Sequence[str] = ALWAYS,
+    ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         quiet_transformers()
@@ -107,6 +143,7 @@ class CpuTrainer:
         self.train = config.train
         self.rundir = rundir
         self.on_step = on_step
+        self.loggers = tuple(loggers)  # not part of the config: a resume may change them
         # a launcher running several cells at once gives each its share of the cores (REPRO_TORCH_THREADS);
         # not part of the config, so the same run may resume under another launcher
         torch.set_num_threads(int(os.environ.get(THREADS_ENV) or self.train.threads))
@@ -280,21 +317,32 @@ class CpuTrainer:
         """Train to the configured number of steps from wherever the checkpoints say; returns last step."""
         record = self.restore()
         resumed_from = self.step
-        self.rundir.set_attempt(resumed_from_step=resumed_from or None)
-        with MetricsWriter(metrics_path) as writer:
-            if record is not None and record["step"] not in self.rundir.logged_steps():
-                writer.log(record["step"], record["data"])  # the checkpoint outlived its metrics line
-            last = self.train.total_training_steps
-            for step in range(self.step + 1, last + 1):
-                metrics = self.train_step(step)
-                if self.heldout is not None and is_eval_step(step, self.train.eval_every, last):
-                    # after the update, so it scores the model saved as this step's checkpoint
-                    metrics.update(self.heldout(self.model, self.config.seed, step))
-                t0 = time.perf_counter()
-                self.save(step, metrics)
-                metrics["timing_s/save_checkpoint"] = time.perf_counter() - t0
-                writer.log(step, metrics)
-                self.step = step
-                if self.on_step:
-                    self.on_step(step, metrics)
+        self.rundir.set_attempt(resumed_from_step=resumed_from or None, loggers=list(self.loggers))
+        tracking = open_tracking(self.config, self.rundir, self.loggers)
+        exit_code = 1
+        try:
+            with MetricsWriter(metrics_path) as writer:
+                if record is not None and record["step"] not in self.rundir.logged_steps():
+                    writer.log(record["step"], record["data"])  # the checkpoint outlived its metrics line
+                    if tracking is not None:
+                        tracking.log(record["data"], record["step"])
+                last = self.train.total_training_steps
+                for step in range(self.step + 1, last + 1):
+                    metrics = self.train_step(step)
+                    if self.heldout is not None and is_eval_step(step, self.train.eval_every, last):
+                        # after the update, so it scores the model saved as this step's checkpoint
+                        metrics.update(self.heldout(self.model, self.config.seed, step))
+                    t0 = time.perf_counter()
+                    self.save(step, metrics)
+                    metrics["timing_s/save_checkpoint"] = time.perf_counter() - t0
+                    writer.log(step, metrics)  # the durable line first: a tracking backend may fail
+                    if tracking is not None:
+                        tracking.log(metrics, step)
+                    self.step = step
+                    if self.on_step:
+                        self.on_step(step, metrics)
+            exit_code = 0
+        finally:
+            if tracking is not None:
+                tracking.finish(exit_code=exit_code)
         return self.step

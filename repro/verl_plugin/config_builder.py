@@ -22,6 +22,7 @@ from typing import Any
 
 from repro import catalog
 from repro.errors import ReproError
+from repro.loggers import TENSORBOARD_ENV, TENSORBOARD_FOLDER, parse_loggers
 from repro.rundir import cell_name
 
 ADV_ESTIMATOR = "reinforce_ada"
@@ -46,9 +47,10 @@ class VerlCell:
     val_file: str = ""
     run_dir: Path = Path("runs")
     metrics_file: str = ""
-    wandb: bool = False
+    wandb: bool = False  # the old --wandb flag: adds wandb to `loggers`
     overrides: dict[str, Any] = field(default_factory=dict)
     model_path: str = ""  # a CPU backbone's local model folder (GPU backbones load their Hub id)
+    loggers: tuple[str, ...] = ()  # repro.loggers names; console and file are always in trainer.logger
 
     @property
     def name(self) -> str:
@@ -216,6 +218,7 @@ def build_overrides(cell: VerlCell) -> list[str]:
     else:
         resources, cpu_overrides = catalog.gpu_resources(cell.backbone), {}
     res = {k: v.value for k, v in resources.items()}
+    loggers = parse_loggers(cell.loggers, wandb=cell.wandb)
     p = CPU_PRESET if cpu else cell.preset
     o: dict[str, Any] = {
         "data.train_files": cell.train_file,
@@ -260,7 +263,7 @@ def build_overrides(cell: VerlCell) -> list[str]:
         "actor_rollout_ref.actor.checkpoint.save_contents": _hp("checkpoint_save_contents", p),
         "trainer.test_freq": -1,
         "trainer.val_before_train": False,
-        "trainer.logger": ["console", "file", *(["wandb"] if cell.wandb else [])],
+        "trainer.logger": list(loggers),
         "trainer.project_name": "repro",
         "trainer.experiment_name": cell.name,
         # absolute: a cluster job (and verl's Ray workers) may start in another directory
@@ -272,6 +275,9 @@ def build_overrides(cell: VerlCell) -> list[str]:
     }
     if cell.metrics_file:
         o["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"] = os.path.abspath(cell.metrics_file)
+    if "tensorboard" in loggers:  # verl's _TensorboardAdapter reads it in the trainer process
+        tensorboard = os.path.abspath(Path(cell.run_dir) / TENSORBOARD_FOLDER)
+        o[f"+ray_kwargs.{ENV_VARS_KEY}{TENSORBOARD_ENV}"] = tensorboard
     max_pos = res.get("model.override_config.max_position_embeddings")
     if max_pos:
         o["+actor_rollout_ref.model.override_config.max_position_embeddings"] = max_pos
