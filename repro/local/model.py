@@ -81,6 +81,8 @@ def warm_start_targets(rng: np.random.Generator, problems: list[Problem], unboxe
     answers it knows, as a base LLM often answers in its own format instead of the one the prompt asks for.
     The format is one decision at the first token, shared by every problem: the part of RL's gain that
     transfers from the hard training prompts to every test tier, which a tiny model's arithmetic does not."""
+    if unboxed_share <= 0:  # no draw at all: share 0 is exactly the version-1 warm start (same RNG stream)
+        return [f"\\boxed{{{p.answer}}}" for p in problems]
     bare = rng.random(len(problems)) < unboxed_share
     return [p.answer if b else f"\\boxed{{{p.answer}}}" for p, b in zip(problems, bare, strict=True)]
 
