@@ -5,6 +5,7 @@ band, and their data preparation (which reward column a run is compared on, the 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -173,17 +174,27 @@ def _draw_band(ax, x: np.ndarray, lo: np.ndarray, hi: np.ndarray, seeds: np.ndar
         ax.fill_between(x, lo, hi, color=color, alpha=BAND_ALPHA, linewidth=0, label=f"_{label} {BAND_LABEL}")
 
 
+def _curve_panels(means: pd.DataFrame) -> tuple[Figure, list[tuple[Any, str, pd.DataFrame, list]]]:
+    """The figure with one panel per backbone, and per panel (axes, backbone, its rows, its method x
+    prompt-set lines with their styles): what every training-curve figure draws into."""
+    backbones = backbone_order(means["backbone"])
+    sets = prompt_sets(means)
+    fig, axes = panels(len(backbones))
+    rows = []
+    for ax, backbone in zip(axes, backbones, strict=True):
+        part = means[means["backbone"] == backbone]
+        rows.append((ax, backbone, part, list(method_lines(part, sets[backbone], "step"))))
+    return fig, rows
+
+
 def _step_curves(
     means: pd.DataFrame, column: str, ylabel: str, title: str, percent: bool = False, marker: str | None = None
 ) -> Figure:
     """One panel per backbone, one mean line + seed band per method x prompt set, against step."""
     scale = 100.0 if percent else 1.0
-    backbones = backbone_order(means["backbone"])
-    sets = prompt_sets(means)
-    fig, axes = panels(len(backbones))
-    for ax, backbone in zip(axes, backbones, strict=True):
-        part = means[means["backbone"] == backbone]
-        for line, style in method_lines(part, sets[backbone], "step"):
+    fig, rows = _curve_panels(means)
+    for ax, backbone, part, lines in rows:
+        for line, style in lines:
             x = line["step"].to_numpy()
             lo, hi = line[f"{column}:lo"].to_numpy() * scale, line[f"{column}:hi"].to_numpy() * scale
             _draw_band(ax, x, lo, hi, line["seeds"].to_numpy(), style["color"], style["label"])
@@ -296,12 +307,9 @@ def reward_entropy(
         missing += _absent_metric(training, means, ylabel, entropy)
         if means.empty:
             return empty_figure(title, "no step logged both reward and entropy"), missing
-        backbones = backbone_order(means["backbone"])
-        sets = prompt_sets(means)
-        fig, axes = panels(len(backbones))
-        for ax, backbone in zip(axes, backbones, strict=True):
-            part = means[means["backbone"] == backbone]
-            for line, style in method_lines(part, sets[backbone], "step"):
+        fig, rows = _curve_panels(means)
+        for ax, backbone, part, lines in rows:
+            for line, style in lines:
                 x, y = line[entropy].to_numpy(), line[REWARD_VALUE].to_numpy()
                 lo, hi = line[f"{REWARD_VALUE}:lo"].to_numpy(), line[f"{REWARD_VALUE}:hi"].to_numpy()
                 seeds = line["seeds"].to_numpy()
