@@ -3,7 +3,13 @@
 # (or the requested extras) changed since the last successful install.
 #   bash scripts/setup-venv.sh            # runtime only
 #   bash scripts/setup-venv.sh dev        # + pytest, hypothesis, ruff
-#   bash scripts/setup-venv.sh gpu        # + vLLM (GPU machines only)
+#   bash scripts/setup-venv.sh gpu        # + verl 0.9.1's tested GPU stack (GPU machines only), see below
+# `gpu` installs under repro/catalog/gpu_constraints.txt (vLLM 0.24.0, torch 2.11.0 CUDA build from PyPI,
+# transformers 5.9.0: the versions verl 0.9.1 pins) and then an attention backend for verl's FSDP actor,
+# which defaults to flash_attention_2. PyPI ships flash-attn 2.8.3 as an sdist only (a CUDA compile), so a
+# prebuilt wheel is tried from verl's own wheelhouse index, or from REPRO_FLASH_ATTN_WHEEL=<url or path>;
+# when none imports, the install still succeeds and one line says how to get one. `bash
+# scripts/resolve-gpu.sh` shows what `gpu` would install without installing it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-}"
@@ -14,7 +20,14 @@ if ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
 fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=".venv/.repro-installed-${extras:-base}"
-want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+constraints="repro/catalog/gpu_constraints.txt"
+gpu=0
+[[ ",${extras}," == *",gpu,"* ]] && gpu=1
+if [ "$gpu" = 1 ]; then  # the GPU stack also follows its constraints file and the chosen flash-attn wheel
+  want="$( (cat pyproject.toml "$constraints"; echo "${REPRO_FLASH_ATTN_WHEEL:-}") | sha256sum | cut -d' ' -f1)"
+else
+  want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+fi
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -30,12 +43,49 @@ pipi() {  # pip's and setuptools' chatter goes to the log; it is shown only when
 }
 pipi --upgrade pip
 # torch first and exactly: on a CPU machine this is the local CPU wheel; left to the resolver, a range
-# would pull a multi-GB CUDA build. GPU machines get the CUDA build of the same version from PyPI.
-if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
+# would pull a multi-GB CUDA build. The GPU stack takes verl 0.9.1's tested version instead (2.11.0 from
+# the constraints file), whose PyPI build is the CUDA 13.0 one vLLM 0.24.0's wheel is built against; an
+# installed torch of another version (say the 2.13.0 CPU build) is replaced.
+if [ "$gpu" = 1 ]; then
+  torch_pin="$(sed -n 's/^torch==\([^ #]*\).*/\1/p' "$constraints")"
+  have="$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null || true)"
+  if [ "${have%%+*}" != "$torch_pin" ]; then
+    pipi -c "$constraints" "torch==${torch_pin}"
+  fi
+elif ! .venv/bin/python -c 'import torch' 2>/dev/null; then
   pipi "torch==2.13.0"
 fi
 spec="."
 [ -n "$extras" ] && spec=".[${extras}]"
-pipi -e "$spec"
+if [ "$gpu" = 1 ]; then
+  pipi -c "$constraints" -e "$spec"
+else
+  pipi -e "$spec"
+fi
+if [ "$gpu" = 1 ] && ! .venv/bin/python -c 'import flash_attn' 2>/dev/null; then
+  # flash-attn needs a wheel built for this exact Python / torch / CUDA; a mismatched one installs but
+  # fails to import (undefined symbols), so every candidate is checked by importing it and removed if not.
+  fa_pin="$(sed -n 's/^flash-attn==\([^ #]*\).*/\1/p' "$constraints")"
+  fa_try() {
+    if .venv/bin/python -m pip install --quiet --retries 1 --timeout 30 -c "$constraints" "$@" >> "$log" 2>&1 \
+        && .venv/bin/python -c 'import flash_attn' >> "$log" 2>&1; then
+      return 0
+    fi
+    .venv/bin/python -m pip uninstall --quiet -y flash-attn >> "$log" 2>&1 || true
+    return 1
+  }
+  if [ -n "${REPRO_FLASH_ATTN_WHEEL:-}" ]; then
+    fa_try "$REPRO_FLASH_ATTN_WHEEL" || echo "warning: REPRO_FLASH_ATTN_WHEEL=$REPRO_FLASH_ATTN_WHEEL did not install or import (see $log)" >&2
+  fi
+  # verl's wheelhouse: the prebuilt flash-attn index verl 0.9.1's own pyproject routes flash-attn to
+  # (its builds target cp312, so on Python 3.11 this usually finds nothing usable). Never an sdist build.
+  .venv/bin/python -c 'import flash_attn' 2>/dev/null \
+    || fa_try --only-binary flash-attn --extra-index-url https://verl-project.github.io/verl-wheelhouse/simple/ \
+      "flash-attn==${fa_pin}" || true
+  if ! .venv/bin/python -c 'import flash_attn' 2>/dev/null; then
+    py="$(.venv/bin/python -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
+    echo "repro: flash-attn ${fa_pin} not installed (PyPI has only its sdist, no prebuilt wheel for ${py}/torch ${torch_pin} was found): rerun with REPRO_FLASH_ATTN_WHEEL=https://github.com/mjun0812/flash-attention-prebuild-wheels/releases/download/v0.9.4/flash_attn-${fa_pin}+cu130torch${torch_pin%.*}-${py}-${py}-linux_x86_64.whl bash scripts/setup-venv.sh gpu (a community cu130 build), or compile it with nvcc 13 (MAX_JOBS=8 .venv/bin/pip install --no-build-isolation flash-attn==${fa_pin}); without it, run cells with --set +actor_rollout_ref.model.override_config.attn_implementation=sdpa" >&2
+  fi
+fi
 echo "$want" > "$stamp"
 echo "repro: environment ready in $(( $(date +%s) - start ))s (.venv, extras: ${extras:-none})" >&2
