@@ -24,6 +24,7 @@ from repro.verl_plugin.config_builder import (
     compose,
     compose_and_validate,
 )
+from repro.verl_plugin.preflight import admission
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,6 +64,9 @@ def test_every_cell_of_both_sweeps_composes_and_validates(sweep_file: str, prese
                 )
             )
         )
+        # the real stack's admission rules (repro.verl_plugin.admission): vLLM would start, responses whole
+        assert admission(cfg, c.backbone)[0].max_model_len == 3072 == cfg.actor_rollout_ref.rollout.max_model_len
+        assert cfg.actor_rollout_ref.rollout.seed == 42 + 1000 * c.seed
         assert cfg.data.train_batch_size == 512
         assert cfg.trainer.total_training_steps == (400 if preset == "released" else 600)
         assert cfg.trainer.experiment_name == f"{c.backbone}__{c.method}__{c.prompt_set}__s0"

@@ -168,11 +168,16 @@ def test_checkpoints_keep_only_the_last_saves_and_the_disk_estimate_counts_them(
     assert kept == 2
     cfg = compose(build_overrides(cell()))
     assert cfg.trainer.max_actor_ckpt_to_keep == kept and cfg.trainer.max_critic_ckpt_to_keep == kept
-    assert list(cfg.actor_rollout_ref.actor.checkpoint.save_contents) == ["model", "optimizer", "extra"]
+    # hf_model: every kept save is a Hugging Face folder that repro eval and vLLM load as it is
+    assert list(cfg.actor_rollout_ref.actor.checkpoint.save_contents) == ["model", "optimizer", "extra", "hf_model"]
     assert catalog.get_backbone("qwen2.5-math-7b").param_count == 7_615_616_512
     disk = checkpoint_disk(cfg, catalog.get_backbone("qwen2.5-math-7b").param_count)
-    assert disk.bytes_per_param == 12  # fp32 weights (verl's model_dtype) + AdamW's two fp32 moments
-    assert disk.per_save == 7_615_616_512 * 12
+    # fp32 weights (verl's model_dtype) + AdamW's two fp32 moments + the fp32 hf_model copy verl writes
+    assert disk.bytes_per_param == 16
+    assert disk.per_save == 7_615_616_512 * 16
+    without_hf = {"actor_rollout_ref.actor.checkpoint.save_contents": ["model", "optimizer", "extra"]}
+    no_hf = compose(build_overrides(cell(overrides=without_hf)))
+    assert checkpoint_disk(no_hf, 7_615_616_512).bytes_per_param == 12
     assert (disk.saves, disk.kept) == (12, 2) and disk.total == 2 * disk.per_save
     every = compose(build_overrides(cell(overrides={"trainer.max_actor_ckpt_to_keep": None})))
     assert checkpoint_disk(every, 7_615_616_512).total == 12 * disk.per_save
@@ -239,12 +244,13 @@ def test_preflight_reports_data_gpus_disk_and_the_rehearsal(tmp_path, monkeypatc
     report = preflight(cfg, model="qwen2.5-math-7b", method="seq-balance", prompt_set="standard")
     assert (report.train_prompts, report.batch, report.total_steps, report.steps_per_epoch) == (5000, 512, 600, 9)
     assert report.epochs == 67 and (report.nnodes, report.gpus_per_node, report.cuda_here) == (1, 8, False)
-    assert report.disk.per_save == 7_615_616_512 * 12
+    assert report.disk.per_save == 7_615_616_512 * 16
     assert report.rehearsal == "repro run --model tiny-arith --method seq-balance --engine verl --steps 3"
     text = "\n".join(report.lines())
     assert "5,000 prompts" in text and "600 steps x 512" in text and "67 epochs" in text
     assert "1 node x 8 GPUs" in text and "no CUDA" in text
-    assert "91.4 GB per save" in text and "182.8 GB" in text
+    assert "121.8 GB per save" in text and "243.7 GB" in text
+    assert "vLLM max_model_len: 3072 (set explicitly)" in text and "4096 positions" in text and not report.problems
     assert report.rehearsal in text
 
     missing = compose(build_overrides(cell("/no/such/train.parquet")))

@@ -234,6 +234,12 @@ def _run_verl(
         loggers=loggers,
     )
     cfg = compose_and_validate(spec.overrides)
+    _check_types(cfg, model, method, prompt_set, seed, path, preset, train_file, val_file, loggers, sets)
+    from repro.verl_plugin.preflight import preflight
+
+    report = preflight(cfg, model=model, method=method, prompt_set=prompt_set, hub_sources=spec.hub_sources)
+    if report.problems:  # what would stop the cell on its node, before a GPU-hour is spent on it
+        raise ReproError(" | ".join(report.problems))
     if dry_run:
         from omegaconf import OmegaConf
 
@@ -243,9 +249,6 @@ def _run_verl(
             from repro.verl_plugin.config_builder import released_report
 
             typer.echo("\n".join(f"# {line}" for line in released_report(model, method, spec.overrides)))
-        from repro.verl_plugin.preflight import preflight
-
-        report = preflight(cfg, model=model, method=method, prompt_set=prompt_set, hub_sources=spec.hub_sources)
         typer.echo("\n".join(["# preflight", *(f"#   {line}" for line in report.lines())]))
         typer.echo("# resolved verl config (composed against verl's ppo_trainer, validate_config passed):")
         typer.echo(OmegaConf.to_yaml(cfg))
@@ -269,6 +272,22 @@ def _run_verl(
     code = run_attempt(rundir, spec.trainer_argv(sys.executable or "python"))
     if code:
         raise typer.Exit(code)
+
+
+def _check_types(cfg, model, method, prompt_set, seed, path, preset, train_file, val_file, loggers, sets) -> None:
+    """A --set whose key or type verl's typed config classes refuse is one line here, not a failure on the
+    node: the cell is checked against the same cell without the user's values (repro.verl_plugin.typed_config)."""
+    from repro.verl_plugin.config_builder import compose
+    from repro.verl_plugin.typed_config import config_errors
+
+    if not sets:
+        return
+    base = verl_run(model, method, prompt_set, seed, path, preset=preset, train_file=train_file, val_file=val_file,
+                    sets={}, loggers=loggers)  # fmt: skip
+    errors = config_errors(cfg, compose(base.overrides))
+    if errors:
+        more = f" (and {len(errors) - 1} more: {'; '.join(errors[1:])})" if len(errors) > 1 else ""
+        raise ReproError(f"verl's typed config refuses {errors[0]}{more}; fix the --set")
 
 
 def _prepare_cpu_inputs(spec) -> None:

@@ -100,6 +100,19 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+ROLLOUT_SEED_BASE = 42  # verl's default rollout.seed: seed 0 keeps it
+ROLLOUT_SEED_STRIDE = 1000  # verl seeds replica r with rollout.seed + r; cells of different seeds never share one
+
+
+def rollout_seed(seed: int) -> int:
+    """`rollout.seed` of a cell: verl's default 42 made distinct per RL seed, so seeds s0/s1/s2 sample
+    differently, not only in data order (verl's vLLM server seeds each engine `rollout.seed + replica_rank`)."""
+    return ROLLOUT_SEED_BASE + ROLLOUT_SEED_STRIDE * int(seed)
+
+
+MAX_MODEL_LEN_KEY = "actor_rollout_ref.rollout.max_model_len"
+
+
 def rollout_n(spec) -> int:
     """Responses per prompt in verl's update batch: the group size, Est's average budget."""
     return spec.n_avg if spec.kind == "est" else spec.n
@@ -249,6 +262,8 @@ def build_overrides(cell: VerlCell) -> list[str]:
         "actor_rollout_ref.rollout.top_p": _hp("top_p", p),
         "actor_rollout_ref.rollout.tensor_model_parallel_size": res["rollout.tensor_model_parallel_size"],
         "actor_rollout_ref.rollout.gpu_memory_utilization": res["rollout.gpu_memory_utilization"],
+        "actor_rollout_ref.rollout.seed": rollout_seed(cell.seed),
+        MAX_MODEL_LEN_KEY: None,  # prompt + response, once the user's overrides are in (below)
         "algorithm.use_kl_in_reward": _hp("use_kl_in_reward", p),
         "reward.custom_reward_function.path": "pkg://repro.reward",
         "reward.custom_reward_function.name": "compute_score",
@@ -308,6 +323,16 @@ def build_overrides(cell: VerlCell) -> list[str]:
             o[key] = setting.value
     for key, value in cell.overrides.items():
         _put(o, key, value, keep_null=True)
+    # An explicit context for vLLM: left null, verl's server would take max_position_embeddings after
+    # model.override_config (32768 for Qwen2.5-Math under the released override), which vLLM refuses above
+    # the checkpoint's own 4096. prompt + response is what the released (older) verl passed too.
+    if o.get(MAX_MODEL_LEN_KEY) is None and not any(k.lstrip("+") == MAX_MODEL_LEN_KEY for k in cell.overrides):
+        lengths = (o["data.max_prompt_length"], o["data.max_response_length"])
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in lengths):
+            o[MAX_MODEL_LEN_KEY] = sum(lengths)
+    for key in ("data.train_batch_size", "trainer.total_training_steps"):
+        if not isinstance(o[key], int | None) or isinstance(o[key], bool):
+            raise ReproError(f"{key} must be an integer, got {o[key]!r}; fix the --set or the sweep's overrides")
     # also checks that the set holds one batch when the released preset's fixed 1000 epochs are used
     epochs = training_epochs(o["data.train_files"], o["data.train_batch_size"], o["trainer.total_training_steps"])
     if o.get("trainer.total_epochs") is None:  # neither the user's nor the released script's value

@@ -38,6 +38,8 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from repro.verl_plugin import audit
+from repro.verl_plugin.admission import admit
+from repro.vllm_rules import read_model_config, verify_request
 
 logger = logging.getLogger(__name__)
 
@@ -177,9 +179,17 @@ class CpuRolloutServer:
         self.eos_ids = eos
         pad = self.model.config.pad_token_id
         self.pad_id = int(pad if pad is not None else min(eos) if eos else 0)
-        self.max_model_len = int(
-            getattr(self.config, "max_model_len", None) or self.config.prompt_length + self.config.response_length
-        )
+        # verl's vLLM server and vLLM itself decide the context, and refuse what they refuse, before a request
+        checkpoint, tokenizer_config = read_model_config(path)
+        self.max_model_len = admit(
+            getattr(self.config, "max_model_len", None),
+            int(self.config.prompt_length),
+            int(self.config.response_length),
+            checkpoint,
+            dict(getattr(model_config, "override_config", None) or {}),
+            tokenizer_config,
+            whole_responses=False,
+        ).max_model_len
         seed = int(getattr(self.config, "seed", 0) or 0) * 1000 + replica_rank
         self.generator = torch.Generator().manual_seed(seed)
         self.global_steps: int | None = None
@@ -226,9 +236,7 @@ class CpuRolloutServer:
     ) -> TokenOutput:
         params = dict(sampling_params)
         prompt = [int(t) for t in prompt_ids]
-        room = self.max_model_len - len(prompt)
-        if room < 1:
-            raise ValueError(f"prompt of {len(prompt)} tokens leaves no room within max_model_len {self.max_model_len}")
+        room = verify_request(len(prompt), None, self.max_model_len)  # verl's headroom rule, its message
         if "max_tokens" in params:
             max_tokens = int(params.pop("max_tokens"))
         elif "max_new_tokens" in params:

@@ -7,16 +7,21 @@ counts); nothing is started and no GPU is needed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from repro import catalog
+from repro.verl_plugin.admission import Admission, VLLMRefusal, admit, runtime_env
 from repro.verl_plugin.config_builder import count_prompts, generous_epochs
+from repro.vllm_rules import read_model_config
 
 # Bytes a parameter takes in each part of a verl FSDP checkpoint (verl/utils/checkpoint/fsdp_checkpoint_manager.py).
 _DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 _OPTIMIZER_BYTES = 8  # AdamW's exp_avg and exp_avg_sq, fp32 like the master weights
-_HF_MODEL_BYTES = 2  # `hf_model`: a bfloat16 Hugging Face copy
+# `hf_model`: verl 0.9.1 writes the gathered fp32 state dict (config.json says bfloat16, the tensors are
+# float32): measured on a tiny-arith checkpoint, 321,376 bytes of model.safetensors for 79,680 parameters
+_HF_MODEL_BYTES = 4
 REHEARSAL_MODEL = "tiny-arith"
 
 
@@ -74,9 +79,11 @@ class Preflight:
     disk: CheckpointDisk | None  # None when the catalog has no parameter count
     rehearsal: str | None  # None for a CPU backbone (it is the rehearsal)
     hub_id: str | None = None  # the released set the training file is built from, fetched when the run starts
+    context: str = ""  # the vLLM max_model_len line: what was set and why
+    problems: list[str] = field(default_factory=list)  # what would stop the cell on its node: one line each
 
     def lines(self) -> list[str]:
-        out = []
+        out = [self.context] if self.context else []
         if self.train_prompts is None:
             if self.hub_id:
                 maker = f"it is {self.hub_id}, downloaded from the Hub when the run starts or the sweep submits it"
@@ -124,6 +131,37 @@ class Preflight:
         return out
 
 
+def checkpoint_config(cfg: Any, model: str) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
+    """The checkpoint's config.json and tokenizer_config.json as vLLM will read them: the local model folder's
+    own files when the cell points at one, else the catalog's facts of the backbone (no Hub access here)."""
+    path = Path(str(cfg.actor_rollout_ref.model.path))
+    if (path / "config.json").is_file():
+        config, tokenizer = read_model_config(path)
+        return config, tokenizer, f"{path}/config.json"
+    backbone = catalog.get_backbone(model)
+    return {"max_position_embeddings": backbone.context_length}, None, f"the catalog's {model} context_length"
+
+
+def admission(cfg: Any, model: str) -> tuple[Admission, int | None]:
+    """What verl's vLLM server and vLLM would make of this cell's context (VLLMRefusal when they refuse)."""
+    from omegaconf import OmegaConf
+
+    config, tokenizer, _ = checkpoint_config(cfg, model)
+    rollout = cfg.actor_rollout_ref.rollout
+    node = cfg.actor_rollout_ref.model.get("override_config")
+    override = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node or {})
+    result = admit(
+        rollout.max_model_len,
+        int(cfg.data.max_prompt_length),
+        int(cfg.data.max_response_length),
+        config,
+        override,
+        tokenizer,
+        runtime_env(cfg),
+    )
+    return result, config.get("max_position_embeddings")
+
+
 def preflight(
     cfg: Any, *, model: str, method: str, prompt_set: str, hub_sources: dict[str, str] | None = None
 ) -> Preflight:
@@ -138,6 +176,24 @@ def preflight(
     backbone = catalog.get_backbone(model)
     pass_rate = catalog.get_prompt_set(prompt_set).pass_rate
     cpu_cell, cuda = backbone.device == "cpu", bool(torch.cuda.is_available())
+    problems: list[str] = []
+    try:
+        found, positions = admission(cfg, model)
+        prompt, response = int(cfg.data.max_prompt_length), int(cfg.data.max_response_length)
+        context = found.line(prompt, response, positions)
+    except VLLMRefusal as exc:
+        context = "vLLM max_model_len: refused"
+        problems.append(
+            f"verl's vLLM server would not start: {exc} Fix: drop the --set of actor_rollout_ref.rollout.max_model_len "
+            "(repro sets it to max_prompt_length + max_response_length) or shorten the lengths"
+        )
+    if not cpu_cell:  # the node's stack: vLLM, torch, transformers, the attention the actor loads with
+        from repro.gpu_stack import stack_problems
+
+        attention = (cfg.actor_rollout_ref.model.get("override_config") or {}).get(
+            "attn_implementation", "flash_attention_2"
+        )
+        problems += stack_problems(cuda, str(attention))
     return Preflight(
         model=model,
         method=method,
@@ -157,6 +213,8 @@ def preflight(
         if cpu_cell
         else f"repro run --model {REHEARSAL_MODEL} --method {method} --engine verl --steps 3",
         hub_id=(hub_sources or {}).get(train_file),
+        context=context,
+        problems=problems,
     )
 
 
