@@ -4,8 +4,6 @@ prompts, released sets by Hub id, and Qwen3-4B trained on the 7B hard set under 
 from __future__ import annotations
 
 import json
-import sys
-import types
 from pathlib import Path
 
 import pandas as pd
@@ -50,52 +48,31 @@ def test_a_built_training_row_carries_the_instruction_suffix() -> None:
     assert rows[0]["reward_model"] == {"style": "rule", "ground_truth": "3"}
 
 
-class _Tokenizer:
-    """Renders chat messages the way a chat template would, recording each request."""
+def _fake_vllm(monkeypatch, tmp_path) -> tuple:
+    """The suite's strict vLLM (tests/fake_vllm.py) over a Qwen2.5-Math-style model folder (the real chat
+    template, a built tokenizer): every response says 4."""
+    import fake_vllm
+    from chat_tokenizers import model_folder
 
-    eos_token_id = 0
-
-    def __init__(self) -> None:
-        self.requests: list[list[dict]] = []
-
-    def apply_chat_template(self, messages, add_generation_prompt, tokenize):
-        self.requests.append(messages)
-        return "".join(f"<|{m['role']}|>{m['content']}" for m in messages) + "<|assistant|>"
+    monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", raising=False)
+    return fake_vllm.install(monkeypatch), model_folder(tmp_path / "models", "qwen2.5-math-1.5b")
 
 
-def _fake_vllm(monkeypatch) -> dict:
-    seen: dict = {}
-    tokenizer = _Tokenizer()
-
-    class LLM:
-        def __init__(self, **kwargs) -> None:
-            seen["kwargs"] = kwargs
-
-        def get_tokenizer(self):
-            return tokenizer
-
-        def generate(self, prompts, params, use_tqdm=False):
-            seen["prompts"] = list(prompts)
-            text = types.SimpleNamespace(text="\\boxed{4}")
-            return [types.SimpleNamespace(outputs=[text] * params.n) for _ in prompts]
-
-    class SamplingParams:
-        def __init__(self, **kwargs) -> None:
-            self.__dict__.update(kwargs)
-
-    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams))
-    monkeypatch.setattr("repro.evaluation.generation.configured_positions", lambda _path: 4096)  # no Hub here
-    seen["tokenizer"] = tokenizer
-    return seen
+def _chat(problem: str) -> str:
+    """Qwen2.5-Math's chat template over the released system prompt and suffixed user turn."""
+    return (
+        f"<|im_start|>system\n{SYSTEM}<|im_end|>\n"
+        f"<|im_start|>user\n{problem}{SUFFIX}<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
-def test_an_eval_request_sends_the_system_prompt_and_the_suffix(monkeypatch) -> None:
+def test_an_eval_request_sends_the_system_prompt_and_the_suffix(monkeypatch, tmp_path) -> None:
     from repro.evaluation.generation import make_generator
 
-    seen = _fake_vllm(monkeypatch)
-    generator = make_generator("vllm", Path("Qwen/Qwen2.5-Math-7B"), 4096, template_for("qwen2.5-math-7b"))
+    fake, model = _fake_vllm(monkeypatch, tmp_path)
+    generator = make_generator("vllm", model, 4096, template_for("qwen2.5-math-7b"), problems=["What is 2+2?"])
     assert generator.generate(["What is 2+2?"], n=2, seed=0) == [["\\boxed{4}", "\\boxed{4}"]]
-    assert seen["prompts"] == [f"<|system|>{SYSTEM}<|user|>What is 2+2?{SUFFIX}<|assistant|>"]
+    assert [generator.tokenizer.decode(r.prompt_token_ids) for r in fake.requests] == [_chat("What is 2+2?")] * 2
 
 
 @pytest.fixture
@@ -116,9 +93,9 @@ def test_the_filter_samples_the_training_chat_and_drops_long_training_prompts(mo
     (not only validation). Token counts: one token per word, so the long problem has 701."""
     import repro.commands.data as dc
 
-    seen = _fake_vllm(monkeypatch)
+    fake, model = _fake_vllm(monkeypatch, tmp_path)
     monkeypatch.setattr(flt, "token_counter", lambda _path: lambda text: len(text.split()))
-    monkeypatch.setattr(dc, "_model_path", lambda _model, _backbone: Path("Qwen/Qwen2.5-Math-7B"))
+    monkeypatch.setattr(dc, "_model_path", lambda _model, _backbone: model)
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)  # so `auto` picks the (fake) vLLM backend
     long_problem = " ".join(["word"] * 700) + " 2+2?"
     problems = [(f"What is {i}+{4 - i}?", "4") for i in range(30)] + [(long_problem, "4")]  # the fake says 4
@@ -126,8 +103,14 @@ def test_the_filter_samples_the_training_chat_and_drops_long_training_prompts(mo
     out = tmp_path / "filtered"
     args = ["data", "filter", "--model", "qwen2.5-math-7b", "--input", str(source), "--out", str(out)]
     assert main([*args, "--base-samples", "4", "--pass-rate", "1.0", "--val-size", "2"]) == 0
-    assert all(request[1]["content"].endswith(SUFFIX) for request in seen["tokenizer"].requests)
-    assert len(seen["tokenizer"].requests) == 31  # every candidate was sampled, the long one too
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    prompts = [tokenizer.decode(r.prompt_token_ids) for r in fake.requests]
+    assert all(p.endswith(SUFFIX + "<|im_end|>\n<|im_start|>assistant\n") for p in prompts)
+    assert len(set(prompts)) == 31  # every candidate was sampled, the long one too
+    assert len(prompts) == 31 * 4 and {r.params.n for r in fake.requests} == {1}  # a request per sample
+    assert len({r.params.seed for r in fake.requests}) == 31 * 4
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stages"]["too_long_dropped"] == 1 and summary["prompt_template"] == "released"
     assert summary["max_prompt_tokens"] == 700

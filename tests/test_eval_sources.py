@@ -5,8 +5,6 @@ and vLLM are replaced by fakes that record what they were asked."""
 from __future__ import annotations
 
 import json
-import sys
-import types
 
 import pytest
 
@@ -163,40 +161,36 @@ def test_a_local_file_may_use_the_released_or_the_public_field_names(tmp_path) -
 
 @pytest.fixture
 def fake_vllm(monkeypatch):
-    """A `vllm` module whose LLM records its constructor kwargs and whose generate records its params."""
-    record: dict = {}
+    """The suite's strict vLLM stand-in (tests/fake_vllm.py); responses name their request's seed."""
+    import fake_vllm as fv
 
-    class SamplingParams:
-        def __init__(self, **kwargs) -> None:
-            self.kwargs = kwargs
-
-    class Tokenizer:
-        def apply_chat_template(self, messages, add_generation_prompt, tokenize):
-            return "|".join(m["content"] for m in messages)
-
-    class LLM:
-        def __init__(self, **kwargs) -> None:
-            record["llm"] = kwargs
-
-        def get_tokenizer(self):
-            return Tokenizer()
-
-        def generate(self, prompts, params, use_tqdm):
-            record["prompts"], record["params"] = prompts, params.kwargs
-            out = types.SimpleNamespace
-            return [out(outputs=[out(text=f"{p[-3:]} #{j}") for j in range(params.kwargs["n"])]) for p in prompts]
-
-    module = types.ModuleType("vllm")
-    module.LLM, module.SamplingParams = LLM, SamplingParams
-    monkeypatch.setitem(sys.modules, "vllm", module)
-    return record
+    monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", raising=False)
+    return fv.install(monkeypatch, respond=lambda _ids, params, _j: f"seed {params.seed}")
 
 
-def _model(tmp_path, positions: int):
-    folder = tmp_path / f"model-{positions}"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": positions}))
-    return folder
+def _model(tmp_path, positions: int, backbone: str = "qwen2.5-math-1.5b"):
+    from chat_tokenizers import model_folder
+
+    return model_folder(tmp_path / f"model-{positions}", backbone, positions)
+
+
+def test_the_fake_vllm_refuses_a_long_context_as_vllm_does(fake_vllm, tmp_path, monkeypatch) -> None:
+    """Without hf_overrides a 4096-position model cannot start at 8192 (vLLM's rule, vLLM's words)."""
+    import vllm
+
+    from repro.vllm_rules import VLLMRefusal
+
+    model = _model(tmp_path, 4096)
+    with pytest.raises(VLLMRefusal, match=r"User-specified max_model_len \(8192\) is greater than the derived"):
+        vllm.LLM(model=str(model), max_model_len=8192)
+    vllm.LLM(model=str(model), max_model_len=8192, hf_overrides={"max_position_embeddings": 8192})
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
+    vllm.LLM(model=str(model), max_model_len=8192)
+    with pytest.raises(TypeError):
+        vllm.LLM(model=str(model), max_model_length=8192)  # a misspelt engine argument
+    for bad in ({"n": 0}, {"temperature": -1.0}, {"top_p": 0.0}, {"max_tokens": 0}, {"seed": 1.5}):
+        with pytest.raises((ValueError, TypeError)):
+            vllm.SamplingParams(**bad)
 
 
 def test_vllm_gets_the_released_max_model_len_and_a_4k_model_its_positions_raised(fake_vllm, tmp_path) -> None:
@@ -205,28 +199,65 @@ def test_vllm_gets_the_released_max_model_len_and_a_4k_model_its_positions_raise
 
     assert bench.generation_setting("max_model_len") == 8192
     model = _model(tmp_path, 4096)  # Qwen2.5-Math's config
-    generator = VLLMGenerator(model, max_new_tokens=4096, template=template_for("qwen2.5-math-1.5b"))
-    assert fake_vllm["llm"] == {
-        "model": str(model),
-        "tensor_parallel_size": 1,
-        "gpu_memory_utilization": 0.85,
-        "max_model_len": 8192,
-        "hf_overrides": {"max_position_embeddings": 8192},
-    }
-    texts = generator.generate(["What is 1+1?", "What is 2+2?"], 3, seed=11)
-    assert fake_vllm["params"] == {"n": 3, "temperature": 1.0, "top_p": 1.0, "max_tokens": 4096, "seed": 11}
-    assert fake_vllm["prompts"][0] == (
-        "Please reason step by step, and put your final answer within \\boxed{}.|What is 1+1? "
-        "Let's think step by step and output the final answer within \\boxed{}."
+    problems = ["What is 1+1?", "What is 2+2?"]
+    generator = VLLMGenerator(model, max_new_tokens=4096, template=template_for("qwen2.5-math-1.5b"), problems=problems)
+    assert fake_vllm.engines == [
+        {
+            "model": str(model),
+            "tensor_parallel_size": 1,
+            "gpu_memory_utilization": 0.85,
+            "max_model_len": 8192,
+            "hf_overrides": {"max_position_embeddings": 8192},
+        }
+    ]
+    assert "released eval's max_model_len 8192" in generator.max_model_len_reason
+    texts = generator.generate_seeded(problems, [[11, 12, 13], [21, 22, 23]])
+    assert texts == [["seed 11", "seed 12", "seed 13"], ["seed 21", "seed 22", "seed 23"]]
+    requests = fake_vllm.requests
+    assert len(fake_vllm.calls) == 1 and len(requests) == 6  # one request per sample
+    assert [r.params.kwargs for r in requests[:1]] == [
+        {"n": 1, "temperature": 1.0, "top_p": 1.0, "max_tokens": 4096, "seed": 11}
+    ]
+    assert [r.params.seed for r in requests] == [11, 12, 13, 21, 22, 23]
+    assert {r.given_as for r in requests} == {"tokens"}  # vLLM tokenizes nothing
+    tokenizer = generator.tokenizer
+    assert tokenizer.decode(requests[0].prompt_token_ids) == (
+        "<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{}.<|im_end|>\n"
+        "<|im_start|>user\nWhat is 1+1? Let's think step by step and output the final answer within "
+        "\\boxed{}.<|im_end|>\n<|im_start|>assistant\n"
     )
-    assert texts == [["{}. #0", "{}. #1", "{}. #2"]] * 2
+    # the positional call (the difficulty filter's) also gives every sample its own seed
+    generator.generate(problems, 3, seed=11)
+    seeds = [r.params.seed for r in fake_vllm.calls[-1]]
+    assert len(set(seeds)) == 6 and all(0 <= s < 2**63 for s in seeds)
 
 
 def test_vllm_leaves_a_long_context_model_as_it_is(fake_vllm, tmp_path) -> None:
     from repro.evaluation.generation import VLLMGenerator
 
-    model = _model(tmp_path, 262144)  # Qwen3-4B-Instruct-2507
+    model = _model(tmp_path, 262144, "qwen3-4b-instruct")  # Qwen3-4B-Instruct-2507
     VLLMGenerator(model)
-    assert fake_vllm["llm"]["max_model_len"] == 8192 and "hf_overrides" not in fake_vllm["llm"]
+    assert fake_vllm.engines[-1]["max_model_len"] == 8192 and "hf_overrides" not in fake_vllm.engines[-1]
     VLLMGenerator(_model(tmp_path, 32768), max_model_len=16384)
-    assert fake_vllm["llm"]["max_model_len"] == 16384 and "hf_overrides" not in fake_vllm["llm"]
+    assert fake_vllm.engines[-1]["max_model_len"] == 16384 and "hf_overrides" not in fake_vllm.engines[-1]
+
+
+def test_vllm_context_grows_with_max_new_tokens_and_the_longest_prompt(fake_vllm, tmp_path) -> None:
+    """max_model_len = max(released 8192, longest prompt + --max-new-tokens); positions follow."""
+    from repro.errors import ReproError
+    from repro.evaluation.generation import VLLMGenerator
+    from repro.prompting import template_for
+
+    template = template_for("qwen2.5-math-1.5b")
+    model = _model(tmp_path, 4096)
+    problems = ["What is 1+1?", "Add " + "1 + " * 50 + "1."]
+    generator = VLLMGenerator(model, max_new_tokens=8000, template=template, problems=problems)
+    longest = max(len(generator.prompt_ids(p)) for p in problems)
+    assert generator.max_model_len == longest + 8000 > 8192
+    assert fake_vllm.engines[-1]["hf_overrides"] == {"max_position_embeddings": longest + 8000}
+    assert "max_new_tokens 8000" in generator.max_model_len_reason
+    generator.generate_seeded(problems, [[1], [2]])
+    assert [r.max_tokens for r in fake_vllm.requests] == [8000, 8000]  # nobody's response is cut short
+    small = VLLMGenerator(model, max_new_tokens=16, template=template, max_model_len=64)
+    with pytest.raises(ReproError, match=r"Prompt length \(\d+\) leaves no room"):
+        small.generate_seeded(problems[:1], [[1]])  # vLLM's refusal of a prompt longer than the context

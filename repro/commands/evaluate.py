@@ -163,7 +163,8 @@ def eval_cmd(
             template = catalog.prompt_template("tiny" if tgt.tiny else DEFAULT_TEMPLATE)
         if tgt.marker is not None:  # before loading: a clash with another model's records fails fast
             _write_marker(tgt, seed)
-        generator = make_generator(chosen, tgt.model_path, tokens, template)
+        asked = [p.problem for items in problems.values() for p in items]  # vLLM's context fits the longest
+        generator = make_generator(chosen, tgt.model_path, tokens, template, problems=asked)
         total = sum(len(p) for p in problems.values()) * k
         by_bench: dict[str, list[dict]] = {}
         with (
@@ -189,6 +190,7 @@ def eval_cmd(
         summary["grading_policy"] = grading
         if getattr(generator, "max_model_len", None) is not None:
             summary["generation"]["max_model_len"] = generator.max_model_len
+            summary["generation"]["max_model_len_reason"] = getattr(generator, "max_model_len_reason", None)
         path = write_summary(tgt.out_dir, summary)
         _print(summary, tgt.label, ks, k, path)
 

@@ -1,35 +1,116 @@
 """Generation backends behind one interface: vLLM on GPUs, transformers on CPUs.
 
-Both render prompts with the model's own chat template and the backbone's prompt template (system prompt
-and instruction suffix, `repro.prompting`: the same chat as training and the difficulty filter) and
-sample with temperature 1.0, top-p 1.0; `max_new_tokens` is 4096 for the paper's models and the tiny
-model's own cap on CPU. A backend returns `n` response texts per prompt, in order, from a seed.
+Both build a problem's prompt the same way, as token ids (`prompt_token_ids`: the model's own chat
+template over the backbone's prompt template, `repro.prompting`, tokenized once by
+`apply_chat_template(tokenize=True)`: the same chat as training and the difficulty filter), and sample
+with temperature 1.0, top-p 1.0; `max_new_tokens` is 4096 for the paper's models and the tiny model's own
+cap on CPU. A backend returns `n` response texts per prompt, in order.
+
+Seeds. `generate_seeded(problems, seeds)` takes one seed per (problem, sample): `sample_seed(seed,
+benchmark, problem_id, sample_index)`, a hash of the four into 63 bits, so a sample's seed does not depend
+on which chunk, shard or resumed run draws it (`repro.evaluation.runner.evaluate_benchmark` passes them).
+`generate(problems, n, seed)` is the older call (the difficulty filter, the held-out check): it derives
+per-sample seeds from `seed` and each problem's position in the call.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from repro import catalog
 from repro.errors import ReproError
 from repro.prompting import chat_messages
 
 DEFAULT_TEMPLATE = "released"  # the paper's models; the tiny model's callers pass its own
+SEED_BITS = 63  # fits torch's and vLLM's seed range (torch.Generator.manual_seed takes < 2**64) with room
 
 
+@runtime_checkable
 class Generator(Protocol):
     def generate(self, problems: Sequence[str], n: int, seed: int) -> list[list[str]]: ...
+
+
+@runtime_checkable
+class SeededGenerator(Generator, Protocol):
+    def generate_seeded(self, problems: Sequence[str], seeds: Sequence[Sequence[int]]) -> list[list[str]]: ...
+
+
+def sample_seed(seed: int, benchmark: str, problem_id: str, sample_index: int) -> int:
+    """The seed of sample `sample_index` of problem `problem_id` of `benchmark` under `--seed seed`.
+
+    blake2b (8-byte digest, personalised "repro-eval") of the compact JSON `[seed, benchmark, problem_id,
+    sample_index]`, shifted right one bit: a 63-bit non-negative integer. Distinct inputs give distinct
+    seeds except with probability ~ N^2 / 2^64 (N samples), and the value is the same on every machine,
+    Python version and chunking (no `hash()` randomisation, no position in a batch)."""
+    key = json.dumps([int(seed), str(benchmark), str(problem_id), int(sample_index)], separators=(",", ":"))
+    digest = hashlib.blake2b(key.encode(), digest_size=8, person=b"repro-eval").digest()
+    return int.from_bytes(digest, "big") >> (64 - SEED_BITS)
+
+
+def sample_seeds(seed: int, benchmark: str, problem_id: str, n: int) -> list[int]:
+    """`sample_seed` of samples 0 .. n-1 of one problem."""
+    return [sample_seed(seed, benchmark, problem_id, j) for j in range(n)]
+
+
+def _call_seeds(n_problems: int, n: int, seed: int) -> list[list[int]]:
+    """Per-sample seeds for the positional `generate(problems, n, seed)` call."""
+    return [sample_seeds(seed, "generate-call", f"#{i}", n) for i in range(n_problems)]
+
+
+def generate_with_seeds(
+    generator: Generator, problems: Sequence[str], seeds: Sequence[Sequence[int]], fallback_seed: int
+) -> list[list[str]]:
+    """`generator.generate_seeded(problems, seeds)`, or for a generator without it (a test's stand-in) the
+    positional `generate(problems, n, fallback_seed)`."""
+    if isinstance(generator, SeededGenerator):
+        return generator.generate_seeded(problems, seeds)
+    n = len(seeds[0]) if seeds else 0
+    return generator.generate(problems, n, fallback_seed)
+
+
+def prompt_token_ids(tokenizer: Any, problem: str, template: catalog.PromptTemplate) -> list[int]:
+    """A problem's prompt as the model sees it, for both backends: the chat template applied and tokenized
+    in one step (`tokenize=True`), so the tokenizer adds nothing of its own. (Rendering to text and letting
+    an engine tokenize it again adds the tokenizer's special tokens a second time: Llama 3's template
+    writes `<|begin_of_text|>` and its tokenizer prepends another.) transformers 5 returns a BatchEncoding;
+    older versions, and `return_dict=False`, a list of ids."""
+    encoded = tokenizer.apply_chat_template(chat_messages(problem, template), add_generation_prompt=True, tokenize=True)
+    if isinstance(encoded, Mapping) or hasattr(encoded, "input_ids"):
+        encoded = encoded["input_ids"]
+    ids = list(encoded)
+    if ids and isinstance(ids[0], list | tuple):  # a batch of one
+        if len(ids) != 1:
+            raise ValueError(f"expected the ids of one conversation, got a batch of {len(ids)}")
+        ids = list(ids[0])
+    return [int(t) for t in ids]
 
 
 def _template(template: catalog.PromptTemplate | None) -> catalog.PromptTemplate:
     return template if template is not None else catalog.prompt_template(DEFAULT_TEMPLATE)
 
 
+def _combined_seed(seeds: Sequence[int]) -> int:
+    """One 63-bit seed from several (a group's per-sample seeds), for a single torch.Generator."""
+    digest = hashlib.blake2b(json.dumps([int(s) for s in seeds]).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> (64 - SEED_BITS)
+
+
 class TransformersGenerator:
-    """CPU sampling with the project's KV-cache loop (pure temperature sampling, no hidden top-k)."""
+    """CPU sampling with the project's KV-cache loop (pure temperature sampling, no hidden top-k).
+
+    `generate_seeded` samples each problem's n responses in one batch from its own torch.Generator,
+    seeded from that problem's per-sample seeds (`_combined_seed`): a problem's responses do not depend on
+    the chunk, shard or resume that draws it. Within a problem the n samples share that generator (one
+    `torch.multinomial` over the batch per token); a generator per sample would mean a Python loop over
+    rows per token inside `repro.local.generate.sample`, and the vLLM backend is the one where each
+    sample has its own seed. Batching per problem instead of per 16-problem chunk costs little on the
+    tiny model (measured, 32 problems x 32 samples, 16 new tokens, 2 threads: 0.69 s against 0.26 s; k=4:
+    0.41 s against 0.07 s). `generate(problems, n, seed)` keeps its one generator per call (the held-out
+    evaluation during training reproduces exactly that)."""
 
     def __init__(
         self,
@@ -52,17 +133,12 @@ class TransformersGenerator:
         self.template = _template(template)
         self._torch = torch
 
-    def generate(self, problems: Sequence[str], n: int, seed: int) -> list[list[str]]:
+    def prompt_ids(self, problem: str) -> list[int]:
+        return prompt_token_ids(self.tokenizer, problem, self.template)
+
+    def _sample(self, flat: list[list[int]], gen) -> list[str]:
         from repro.local.generate import sample
 
-        gen = self._torch.Generator().manual_seed(seed)
-        prompts = [
-            self.tokenizer.apply_chat_template(
-                chat_messages(p, self.template), add_generation_prompt=True, tokenize=True
-            )["input_ids"]
-            for p in problems
-        ]
-        flat = [ids for ids in prompts for _ in range(n)]
         texts: list[str] = []
         for start in range(0, len(flat), self.batch_size):
             out = sample(
@@ -75,20 +151,83 @@ class TransformersGenerator:
                 temperature=self.temperature,
             )
             texts += self.tokenizer.batch_decode(out, skip_special_tokens=True)
+        return texts
+
+    def generate(self, problems: Sequence[str], n: int, seed: int) -> list[list[str]]:
+        gen = self._torch.Generator().manual_seed(seed)
+        prompts = [self.prompt_ids(p) for p in problems]
+        texts = self._sample([ids for ids in prompts for _ in range(n)], gen)
         return [texts[i * n : (i + 1) * n] for i in range(len(problems))]
+
+    def generate_seeded(self, problems: Sequence[str], seeds: Sequence[Sequence[int]]) -> list[list[str]]:
+        out = []
+        for problem, row in zip(problems, seeds, strict=True):
+            gen = self._torch.Generator().manual_seed(_combined_seed(row))
+            out.append(self._sample([self.prompt_ids(problem)] * len(row), gen))
+        return out
+
+
+def model_config(model_path: Path | str) -> dict:
+    """A model's config.json (a local folder's, else the Hub's through transformers)."""
+    local = Path(model_path) / "config.json"
+    if local.is_file():
+        return json.loads(local.read_text())
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(str(model_path)).to_dict()
+
+
+def tokenizer_config(model_path: Path | str) -> dict | None:
+    """A local folder's tokenizer_config.json (vLLM also reads its model_max_length), else None."""
+    local = Path(model_path) / "tokenizer_config.json"
+    return json.loads(local.read_text()) if local.is_file() else None
+
+
+def configured_positions(model_path: Path | str) -> int | None:
+    """max_position_embeddings of a model's config (a local folder's config.json, else the Hub's)."""
+    value = model_config(model_path).get("max_position_embeddings")
+    return int(value) if isinstance(value, int) else None
+
+
+def eval_max_model_len(longest_prompt: int, max_new_tokens: int) -> tuple[int, str]:
+    """Evaluation's vLLM context and why: the released eval's 8192 (benchmark_sources.yaml), or more when
+    the longest prompt plus `--max-new-tokens` needs it, so no response is cut short by the context."""
+    from repro.evaluation.benchmarks import generation_setting
+
+    released = int(generation_setting("max_model_len"))
+    needed = int(longest_prompt) + int(max_new_tokens)
+    if needed <= released:
+        return released, (
+            f"the released eval's max_model_len {released} (longest prompt {longest_prompt} tokens + "
+            f"max_new_tokens {max_new_tokens} = {needed} fits)"
+        )
+    return (
+        needed,
+        f"longest prompt {longest_prompt} tokens + max_new_tokens {max_new_tokens} (over the released {released})",
+    )
 
 
 class VLLMGenerator:
-    """GPU sampling with vLLM (the `gpu` extra): n samples per prompt in one request, seeded.
+    """GPU sampling with vLLM (the `gpu` extra): one request per sample, each with its own seed.
 
-    The context is the released eval's max_model_len (8192, benchmark_sources.yaml), not the model's
-    configured length: Qwen2.5-Math's config says 4096 positions, which would leave 4096 tokens minus the
-    prompt. vLLM refuses a longer max_model_len unless told: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 only skips
-    that check and leaves the rotary tables at the configured length (garbage or a CUDA device-side
-    assert past it, vLLM issue #17924 / PR #44286), while `hf_overrides` ("arguments to be forwarded to
-    the Hugging Face config", vLLM ModelConfig) raises max_position_embeddings itself, as the released
-    training script does (32768). So a model configured below max_model_len gets
-    hf_overrides={"max_position_embeddings": max_model_len}; a longer-context model is left as it is.
+    Prompts go to vLLM as token ids (`{"prompt_token_ids": ids}`, vLLM's TokensPrompt) built by
+    `prompt_token_ids`, exactly the ids the transformers backend feeds its model; vLLM tokenizes nothing.
+    Each sample is a request with n=1 and its own SamplingParams(seed=sample_seed(...)): vLLM seeds the
+    j-th completion of an n>1 request alike in every request, so one seed per chunk would correlate the
+    samples of different problems. The requests of one prompt share its KV blocks (vLLM's prefix cache).
+
+    The context (max_model_len) is explicit: the released eval's 8192 (benchmark_sources.yaml) unless the
+    longest prompt of `problems` plus max_new_tokens needs more (`eval_max_model_len`), so a response
+    always has its full max_new_tokens; an explicit `max_model_len` wins. It is checked with vLLM's own
+    rule (`repro.vllm_rules.verify_max_model_len`) before vLLM starts, and each request with vLLM's
+    per-request rule (`verify_request`). The model's configured length is not the limit: Qwen2.5-Math's
+    config says 4096 positions, which would leave 4096 tokens minus the prompt. vLLM refuses a longer
+    max_model_len unless told: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 only skips that check and leaves the
+    rotary tables at the configured length (garbage or a CUDA device-side assert past it, vLLM issue
+    #17924 / PR #44286), while `hf_overrides` ("arguments to be forwarded to the Hugging Face config",
+    vLLM ModelConfig) raises max_position_embeddings itself, as the released training script does
+    (32768). So a model configured below max_model_len gets hf_overrides={"max_position_embeddings":
+    max_model_len}; a longer-context model is left as it is.
     """
 
     def __init__(
@@ -100,6 +239,7 @@ class VLLMGenerator:
         gpu_memory_utilization: float = 0.85,
         template: catalog.PromptTemplate | None = None,
         max_model_len: int | None = None,
+        problems: Sequence[str] = (),
     ):
         try:
             from vllm import LLM, SamplingParams
@@ -108,54 +248,83 @@ class VLLMGenerator:
                 "vLLM is not installed; on a GPU machine run `bash scripts/setup-venv.sh gpu`, "
                 "or use --backend transformers"
             ) from exc
-        from repro.evaluation.benchmarks import generation_setting
+        from transformers import AutoTokenizer
+
+        from repro import vllm_rules
 
         self._params = SamplingParams
-        self.max_model_len = int(max_model_len or generation_setting("max_model_len"))
+        self.max_new_tokens, self.temperature = max_new_tokens, temperature
+        self.template = _template(template)
+        # the tokenizer vLLM itself loads (AutoTokenizer of the model), needed before vLLM to size the context
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+        self._ids: dict[str, list[int]] = {}
+        longest = max((len(self.prompt_ids(p)) for p in problems), default=0)
+        if max_model_len:
+            self.max_model_len, self.max_model_len_reason = int(max_model_len), "set by the caller"
+        else:
+            self.max_model_len, self.max_model_len_reason = eval_max_model_len(longest, max_new_tokens)
         kwargs: dict = {
             "model": str(model_path),
             "tensor_parallel_size": tensor_parallel_size,
             "gpu_memory_utilization": gpu_memory_utilization,
             "max_model_len": self.max_model_len,
         }
-        positions = configured_positions(model_path)
-        if positions is not None and positions < self.max_model_len:
+        config = model_config(model_path)
+        positions = config.get("max_position_embeddings")
+        if isinstance(positions, int) and positions < self.max_model_len:
             kwargs["hf_overrides"] = {"max_position_embeddings": self.max_model_len}
+        try:
+            vllm_rules.verify_max_model_len(
+                self.max_model_len, {**config, **kwargs.get("hf_overrides", {})}, tokenizer_config(model_path)
+            )
+        except vllm_rules.VLLMRefusal as exc:
+            raise ReproError(f"vLLM would refuse max_model_len {self.max_model_len} for {model_path}: {exc}") from exc
         self.llm = LLM(**kwargs)
-        self.tokenizer = self.llm.get_tokenizer()
-        self.max_new_tokens, self.temperature = max_new_tokens, temperature
-        self.template = _template(template)
+
+    def prompt_ids(self, problem: str) -> list[int]:
+        ids = self._ids.get(problem)
+        if ids is None:
+            ids = self._ids[problem] = prompt_token_ids(self.tokenizer, problem, self.template)
+        return ids
 
     def generate(self, problems: Sequence[str], n: int, seed: int) -> list[list[str]]:
-        params = self._params(n=n, temperature=self.temperature, top_p=1.0, max_tokens=self.max_new_tokens, seed=seed)
-        prompts = [
-            self.tokenizer.apply_chat_template(
-                chat_messages(p, self.template), add_generation_prompt=True, tokenize=False
-            )
-            for p in problems
-        ]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        return [[c.text for c in out.outputs] for out in outputs]
+        return self.generate_seeded(problems, _call_seeds(len(problems), n, seed))
 
+    def generate_seeded(self, problems: Sequence[str], seeds: Sequence[Sequence[int]]) -> list[list[str]]:
+        from repro.vllm_rules import VLLMRefusal, verify_request
 
-def configured_positions(model_path: Path | str) -> int | None:
-    """max_position_embeddings of a model's config (a local folder's config.json, else the Hub's)."""
-    local = Path(model_path) / "config.json"
-    if local.is_file():
-        config = json.loads(local.read_text())
-    else:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(str(model_path)).to_dict()
-    value = config.get("max_position_embeddings")
-    return int(value) if isinstance(value, int) else None
+        requests, params, sizes = [], [], []
+        for problem, row in zip(problems, seeds, strict=True):
+            ids = self.prompt_ids(problem)
+            try:
+                max_tokens = verify_request(len(ids), self.max_new_tokens, self.max_model_len)
+            except VLLMRefusal as exc:
+                raise ReproError(f"prompt {problem[:60]!r}...: {exc}") from exc
+            sizes.append(len(row))
+            for s in row:
+                requests.append({"prompt_token_ids": ids})
+                params.append(
+                    self._params(n=1, temperature=self.temperature, top_p=1.0, max_tokens=max_tokens, seed=int(s))
+                )
+        outputs = self.llm.generate(requests, params, use_tqdm=False) if requests else []
+        texts = [out.outputs[0].text for out in outputs]
+        grouped, at = [], 0
+        for size in sizes:
+            grouped.append(texts[at : at + size])
+            at += size
+        return grouped
 
 
 def make_generator(
-    backend: str, model_path: Path, max_new_tokens: int, template: catalog.PromptTemplate | None = None
+    backend: str,
+    model_path: Path,
+    max_new_tokens: int,
+    template: catalog.PromptTemplate | None = None,
+    problems: Sequence[str] = (),
 ) -> Generator:
+    """A backend's generator; `problems` (all that will be asked) size vLLM's context."""
     if backend == "transformers":
         return TransformersGenerator(model_path, max_new_tokens, template=template)
     if backend == "vllm":
-        return VLLMGenerator(model_path, max_new_tokens, template=template)
+        return VLLMGenerator(model_path, max_new_tokens, template=template, problems=problems)
     raise ReproError(f"unknown backend {backend!r}; valid backends: transformers, vllm")

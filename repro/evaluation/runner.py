@@ -185,6 +185,8 @@ def evaluate_benchmark(
 
     Kept records graded under another mode (or before modes were recorded) are re-graded from their saved
     responses, without regenerating, and the file is rewritten: a benchmark's records share one mode."""
+    from repro.evaluation.generation import generate_with_seeds, sample_seeds
+
     check_mode(grading)
     records, _ = read_records(out_file)
     by_problem: dict[str, set[int]] = {}
@@ -202,7 +204,8 @@ def evaluate_benchmark(
     with open(out_file, "a") as handle:
         for start in range(0, len(todo), chunk):
             batch = todo[start : start + chunk]
-            texts = generator.generate([p.problem for p in batch], k, seed=seed * 1_000_003 + start)
+            seeds = [sample_seeds(seed, p.benchmark, p.problem_id, k) for p in batch]  # chunking-independent
+            texts = generate_with_seeds(generator, [p.problem for p in batch], seeds, seed * 1_000_003 + start)
             pairs = [(t, p.answer) for p, group in zip(batch, texts, strict=True) for t in group]
             grades = grader.grade_many(pairs, mode=grading)
             lines = []
