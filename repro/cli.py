@@ -7,7 +7,7 @@ import sys
 import typer
 from typer._click import exceptions as click_exc  # typer 0.29 raises its own copy of click's errors
 
-from repro.commands import catalog, collect, data, evaluate, plot, report, run, simulate, sweep, table
+from repro.commands import catalog, collect, data, evaluate, plot, report, run, simulate, smoke, sweep, table
 from repro.errors import ReproError
 
 app = typer.Typer(
@@ -40,6 +40,7 @@ app.command("cancel")(sweep.cancel)
 app.command("models")(catalog.models)
 app.command("methods")(catalog.methods)
 app.add_typer(simulate.app, name="simulate")
+app.command("smoke")(smoke.smoke)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -234,7 +234,7 @@ def _run_verl(
         loggers=loggers,
     )
     cfg = compose_and_validate(spec.overrides)
-    _check_types(cfg, model, method, prompt_set, seed, path, preset, train_file, val_file, loggers, sets)
+    _check_types(cfg, spec.overrides, sets)
     from repro.verl_plugin.preflight import preflight
 
     report = preflight(cfg, model=model, method=method, prompt_set=prompt_set, hub_sources=spec.hub_sources)
@@ -274,17 +274,18 @@ def _run_verl(
         raise typer.Exit(code)
 
 
-def _check_types(cfg, model, method, prompt_set, seed, path, preset, train_file, val_file, loggers, sets) -> None:
+def _check_types(cfg, overrides: list[str], sets: dict) -> None:
     """A --set whose key or type verl's typed config classes refuse is one line here, not a failure on the
-    node: the cell is checked against the same cell without the user's values (repro.verl_plugin.typed_config)."""
+    node. The cell is checked against itself without the user's keys (verl's defaults there), so what the
+    check reports is what the --set brought (repro.verl_plugin.typed_config)."""
     from repro.verl_plugin.config_builder import compose
     from repro.verl_plugin.typed_config import config_errors
 
     if not sets:
         return
-    base = verl_run(model, method, prompt_set, seed, path, preset=preset, train_file=train_file, val_file=val_file,
-                    sets={}, loggers=loggers)  # fmt: skip
-    errors = config_errors(cfg, compose(base.overrides))
+    given = {str(key).lstrip("+") for key in sets}
+    base = compose([o for o in overrides if o.split("=", 1)[0].lstrip("+") not in given])
+    errors = config_errors(cfg, base)
     if errors:
         more = f" (and {len(errors) - 1} more: {'; '.join(errors[1:])})" if len(errors) > 1 else ""
         raise ReproError(f"verl's typed config refuses {errors[0]}{more}; fix the --set")

@@ -36,11 +36,60 @@ class EvalTarget:
     marker: dict | None = None  # for a catalog name: what MODEL_EVAL_MARKER records, written beside out_dir
 
 
+def _kept(folder: Path) -> bool:
+    """False for a checkpoint verl dropped: its checkpoint manager deletes the actor/ folder of all but the
+    last `max_actor_ckpt_to_keep` and leaves global_step_<k>/data.pt (the dataloader state) behind."""
+    return any((folder / name).exists() for name in ("model", "actor", "config.json"))
+
+
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
 def _checkpoint_model(folder: Path) -> Path | None:
     for candidate in (folder / "model", folder / "actor" / "huggingface", folder):
         if (candidate / "config.json").exists():
             return candidate
     return None
+
+
+def missing_weights(model: Path) -> str | None:
+    """Why a local model folder cannot be loaded (no weight file, or a shard its index names is absent), or
+    None: transformers and vLLM would only say so with a traceback after the model was half set up."""
+    present = [name for name in WEIGHT_FILES if (model / name).is_file()]
+    if not present:
+        return f"holds no model weights ({', '.join(WEIGHT_FILES[::2])})"
+    for index in (name for name in present if name.endswith(".index.json")):
+        try:
+            shards = set(json.loads((model / index).read_text())["weight_map"].values())
+        except (ValueError, KeyError, TypeError):
+            return f"has an unreadable {index}"
+        absent = sorted(shard for shard in shards if not (model / shard).is_file())
+        if absent:
+            return f"lacks {len(absent)} weight shard(s) that {index} names ({absent[0]}, ...)"
+    return None
+
+
+def _weights_fix(model: Path) -> str:
+    """The fix for a checkpoint without Hugging Face weights: verl's own merger of its FSDP shards."""
+    actor = model.parent
+    if model.name == "huggingface" and any(actor.glob("model_world_size_*_rank_*.pt")):
+        return (
+            "verl saved only its FSDP shards (hf_model was not in actor.checkpoint.save_contents); merge them with "
+            f"`python -m verl.model_merger merge --backend fsdp --local_dir {actor} --target_dir {model}` and "
+            "evaluate again"
+        )
+    return "copy the model's weight files into it, or point repro eval at a complete model folder"
+
+
+def _require_weights(model: Path) -> None:
+    problem = missing_weights(model)
+    if problem is not None:
+        raise ReproError(f"{model} {problem}; {_weights_fix(model)}")
 
 
 def _run_backbone(path: Path, config: dict) -> str | None:
@@ -80,6 +129,7 @@ def _named(name: str, runs_root: Path, out: Path | None, model_path: Path | None
         model_path = Path(model_path)
         if not (model_path / "config.json").is_file():
             raise ReproError(f"--model-path {model_path} holds no config.json; pass the folder of a Hugging Face model")
+        _require_weights(model_path)
         weights: Path | str = model_path
     elif hub_id is not None:
         weights = hub_id
@@ -123,7 +173,7 @@ def targets(
         steps = sorted(
             int(p.name.removeprefix("global_step_"))
             for p in (path / "checkpoints").glob("global_step_*")
-            if p.name.removeprefix("global_step_").isdigit()
+            if p.name.removeprefix("global_step_").isdigit() and _kept(p)
         )
         if not steps:
             raise ReproError(f"{path} has no checkpoints yet; train it first (`repro run ...`)")
@@ -133,10 +183,15 @@ def targets(
         for step in chosen:
             model = _checkpoint_model(path / "checkpoints" / f"global_step_{step}")
             if model is None:
-                raise ReproError(f"checkpoint global_step_{step} of {path} holds no Hugging Face model folder")
+                raise ReproError(
+                    f"checkpoint global_step_{step} of {path} holds no Hugging Face model folder (config.json); "
+                    "it is not a checkpoint repro eval can read: evaluate another step or the run's final one"
+                )
+            _require_weights(model)
             found.append(EvalTarget(model, out_root / f"global_step_{step}", f"step {step}", tiny, backbone))
         return found
     if is_model:
+        _require_weights(path)
         tiny = (path / "repro_build.json").exists()
         return [EvalTarget(path, out or path / "eval", path.name, tiny)]
     named = _named(str(path), runs_root, out, model_path)
