@@ -126,7 +126,7 @@ def eval_cmd(
     """
     from repro import catalog
     from repro.evaluation import benchmarks as bench
-    from repro.evaluation.generation import DEFAULT_TEMPLATE, make_generator
+    from repro.evaluation.generation import DEFAULT_TEMPLATE
     from repro.evaluation.grading import Grader, benchmark_grading
     from repro.evaluation.runner import evaluate_benchmark, summarise, targets, write_summary
     from repro.prompting import template_for
@@ -164,7 +164,7 @@ def eval_cmd(
         if tgt.marker is not None:  # before loading: a clash with another model's records fails fast
             _write_marker(tgt, seed)
         asked = [p.problem for items in problems.values() for p in items]  # vLLM's context fits the longest
-        generator = make_generator(chosen, tgt.model_path, tokens, template, problems=asked)
+        generator = _load(chosen, tgt.model_path, tokens, template, asked)
         total = sum(len(p) for p in problems.values()) * k
         by_bench: dict[str, list[dict]] = {}
         with (
@@ -193,6 +193,23 @@ def eval_cmd(
             summary["generation"]["max_model_len_reason"] = getattr(generator, "max_model_len_reason", None)
         path = write_summary(tgt.out_dir, summary)
         _print(summary, tgt.label, ks, k, path)
+
+
+def _load(backend: str, model_path, tokens: int, template, asked: list[str]):
+    """The generator, or one line naming the folder when its files do not load (a torn config.json, a
+    truncated safetensors file): transformers and safetensors would otherwise end the command in a traceback."""
+    from repro.evaluation.generation import make_generator
+
+    try:
+        return make_generator(backend, model_path, tokens, template, problems=asked)
+    except ReproError:
+        raise
+    except Exception as exc:
+        reason = " ".join(str(exc).split())[:240] or type(exc).__name__
+        raise ReproError(
+            f"cannot load the model in {model_path} ({type(exc).__name__}: {reason}); check that the folder is a "
+            "complete Hugging Face model (config.json, tokenizer files, weights) or evaluate another checkpoint"
+        ) from exc
 
 
 def _print(summary: dict, label: str, ks: list[int], k: int, path: Path) -> None:
