@@ -162,3 +162,16 @@ def test_cpu_rollout_server_refuses_what_vllm_refuses(tiny_home, monkeypatch) ->
         _server(model, 128, {"max_position_embeddings": 128})  # the Qwen2.5-Math case, in miniature
     monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
     assert _server(model, 128, {"max_position_embeddings": 128}).max_model_len == 128
+
+
+def test_a_sweep_overrides_typo_is_one_line_naming_the_cell_before_anything_is_written(tmp_path, capsys) -> None:
+    sweep = tmp_path / "typo.yaml"
+    sweep.write_text(
+        "name: typo\nbackbones: [qwen2.5-math-7b]\nmethods: [grpo-n4]\nprompt_sets: [standard]\nseeds: [0]\n"
+        "overrides:\n  actor_rollout_ref.rollout.n: abc\n"
+    )
+    code = main(["sweep", "run", str(sweep), "--launcher", "slurm", "--dry-run", "--runs-root", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: qwen2.5-math-7b__grpo-n4__standard__s0: verl's typed config refuses")
+    assert "actor_rollout_ref.rollout.n: Value 'abc'" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r" / ".launch" / "dry-run").exists()

@@ -219,7 +219,7 @@ def _run_verl(
     model, method, prompt_set, seed, path: Path, preset, train_file, val_file, loggers, sets, overwrite, dry_run
 ) -> None:
     from repro.launch.attempt import run_attempt
-    from repro.verl_plugin.config_builder import compose_and_validate, shell_command
+    from repro.verl_plugin.config_builder import shell_command
 
     spec = verl_run(
         model,
@@ -233,13 +233,9 @@ def _run_verl(
         sets=sets,
         loggers=loggers,
     )
-    cfg = compose_and_validate(spec.overrides)
-    _check_types(cfg, spec.overrides, sets)
-    from repro.verl_plugin.preflight import preflight
+    from repro.verl_plugin.preflight import verify_cell
 
-    report = preflight(cfg, model=model, method=method, prompt_set=prompt_set, hub_sources=spec.hub_sources)
-    if report.problems:  # what would stop the cell on its node, before a GPU-hour is spent on it
-        raise ReproError(" | ".join(report.problems))
+    cfg, report = verify_cell(spec, model=model, method=method, prompt_set=prompt_set, sets=sets)
     if dry_run:
         from omegaconf import OmegaConf
 
@@ -272,23 +268,6 @@ def _run_verl(
     code = run_attempt(rundir, spec.trainer_argv(sys.executable or "python"))
     if code:
         raise typer.Exit(code)
-
-
-def _check_types(cfg, overrides: list[str], sets: dict) -> None:
-    """A --set whose key or type verl's typed config classes refuse is one line here, not a failure on the
-    node. The cell is checked against itself without the user's keys (verl's defaults there), so what the
-    check reports is what the --set brought (repro.verl_plugin.typed_config)."""
-    from repro.verl_plugin.config_builder import compose
-    from repro.verl_plugin.typed_config import config_errors
-
-    if not sets:
-        return
-    given = {str(key).lstrip("+") for key in sets}
-    base = compose([o for o in overrides if o.split("=", 1)[0].lstrip("+") not in given])
-    errors = config_errors(cfg, base)
-    if errors:
-        more = f" (and {len(errors) - 1} more: {'; '.join(errors[1:])})" if len(errors) > 1 else ""
-        raise ReproError(f"verl's typed config refuses {errors[0]}{more}; fix the --set")
 
 
 def _prepare_cpu_inputs(spec) -> None:

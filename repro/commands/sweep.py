@@ -206,11 +206,12 @@ def _launch(args: _Launch, states: tuple[str, ...]) -> None:
 def _dry_run(args: _Launch, sweep, options) -> None:
     import shlex
 
-    from repro.launch.plan import plan_cell
+    from repro.launch.plan import plan_cell, verify_gpu_plans
 
     console = stdout_console()
     root = args.runs_root.absolute()
     plans = [plan_cell(cell, sweep, root, options) for cell in sweep.cells()]
+    verify_gpu_plans(plans, sweep)
     if args.launcher == "slurm":
         from repro.atomic import write_text
         from repro.launch.slurm import render_script

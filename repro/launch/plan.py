@@ -13,6 +13,7 @@ from typing import Any
 
 from repro import catalog
 from repro.cell_config import VerlRun, parse_sets, resolve_cpu_config, verl_run, verl_size_sets
+from repro.errors import ReproError
 from repro.launch.attempt import PLACEHOLDER
 from repro.loggers import ALWAYS, as_option
 from repro.rundir import cell_name
@@ -123,4 +124,20 @@ def plan_cell(
     return CellPlan(cell, name, run_dir, spec.config, attempt_argv(run_dir, spec.trainer_argv(), python), spec)
 
 
-__all__ = ["PLACEHOLDER", "CellPlan", "CpuOptions", "attempt_argv", "cpu_argv", "plan_cell"]
+def verify_gpu_plans(plans: Sequence[CellPlan], sweep: Sweep) -> None:
+    """Every GPU cell of a sweep through `repro run`'s own checks (composition, typed `overrides:`, vLLM's
+    admission rules, the stack) before one is submitted: a typo in the sweep file is one line naming the cell
+    here, not 28 jobs failing on their nodes."""
+    from repro.verl_plugin.preflight import verify_cell
+
+    for plan in plans:
+        if plan.gpu is None:
+            continue
+        c = plan.cell
+        try:
+            verify_cell(plan.gpu, model=c.backbone, method=c.method, prompt_set=c.prompt_set, sets=sweep.overrides)
+        except ReproError as exc:
+            raise ReproError(f"{plan.name}: {exc}") from None
+
+
+__all__ = ["PLACEHOLDER", "CellPlan", "CpuOptions", "attempt_argv", "cpu_argv", "plan_cell", "verify_gpu_plans"]

@@ -19,7 +19,7 @@ from repro.cell_config import fetch_hub_inputs
 from repro.errors import ReproError
 from repro.launch.jobs import Scheduler, record_job
 from repro.launch.local import claim_cell
-from repro.launch.plan import CellPlan, CpuOptions, plan_cell
+from repro.launch.plan import CellPlan, CpuOptions, plan_cell, verify_gpu_plans
 from repro.launch.state import CellState, cell_state
 from repro.rundir import RunDir
 from repro.sweep import Sweep
@@ -81,6 +81,7 @@ def submit_sweep(
     root = Path(runs_root).absolute()
     root.mkdir(parents=True, exist_ok=True)
     plans = [plan_cell(cell, sweep, root, options) for cell in sweep.cells()]
+    verify_gpu_plans(plans, sweep)
     reports = {p.name: CellReport(p.name, "pending") for p in plans}
     deadline = None if timeout is None else time.monotonic() + timeout
     first = True

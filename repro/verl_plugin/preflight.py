@@ -230,3 +230,25 @@ def _size(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} B"
+
+
+def verify_cell(spec: Any, *, model: str, method: str, prompt_set: str, sets: dict[str, Any]) -> tuple[Any, Preflight]:
+    """Everything a GPU cell can be checked for without its node, or one ReproError line: verl's composition and
+    validate_config, the user's `--set` / sweep `overrides:` against verl's typed config classes (the cell without
+    those keys is the baseline), and the preflight's problems (vLLM's admission rules, the installed stack).
+    `repro run` (its dry run too) and `repro sweep run` call it before anything is launched."""
+    from repro.errors import ReproError
+    from repro.verl_plugin.config_builder import compose, compose_and_validate
+    from repro.verl_plugin.typed_config import config_errors
+
+    cfg = compose_and_validate(spec.overrides)
+    if sets:
+        given = {str(key).lstrip("+") for key in sets}
+        errors = config_errors(cfg, compose([o for o in spec.overrides if o.split("=", 1)[0].lstrip("+") not in given]))
+        if errors:
+            more = f" (and {len(errors) - 1} more: {'; '.join(errors[1:])})" if len(errors) > 1 else ""
+            raise ReproError(f"verl's typed config refuses {errors[0]}{more}; fix the --set or the sweep's overrides")
+    report = preflight(cfg, model=model, method=method, prompt_set=prompt_set, hub_sources=spec.hub_sources)
+    if report.problems:  # what would stop the cell on its node, before a GPU-hour is spent on it
+        raise ReproError(" | ".join(report.problems))
+    return cfg, report
