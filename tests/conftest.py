@@ -68,3 +68,12 @@ def tiny_runs(tiny_home, tmp_path_factory) -> Path:
                 main(["eval", str(run), "--benchmarks", "tiny-minerva,tiny-aime", "--k", "4", "--pass-k", "1,2,4"]) == 0
             )
     return root
+
+
+@pytest.fixture(scope="session")
+def verl_sweep(tiny_home, tmp_path_factory):
+    """`repro sweep run` of grpo-n4 and seq-balance through verl's real trainer (3 steps of 8 prompts each,
+    tests/verl_sweep.py): shared by the full-pipeline test and test_verl_engine's seq-balance checks."""
+    from verl_sweep import run_sweep
+
+    return run_sweep(tiny_home, tmp_path_factory.mktemp("verl_sweep"))

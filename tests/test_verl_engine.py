@@ -4,7 +4,8 @@ Each run is the product command in a subprocess: the real v1 trainer (FSDP2 over
 agent and reward loops, the CPU rollout server taking weight updates, checkpoints). What verl actually
 trained is read from the side files the plugin writes beside verl's metrics (`repro.verl_plugin.audit`):
 the rows the `reinforce_ada` estimator was handed, and every weight update the rollout server received.
-A run costs about 50 s of start-up and 3-4 s a step on 2 cores, so runs are shared by the tests below.
+A run costs about 50 s of start-up and 3-4 s a step on 2 cores, so runs are shared by the tests below; the
+seq-balance run is the suite's verl sweep (tests/verl_sweep.py), which test_verl_pipeline.py evaluates.
 """
 
 from __future__ import annotations
@@ -20,12 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
+from verl_sweep import AUDIT, BATCH, NO_WARMUP
 
 from repro.verl_plugin import audit
-
-BATCH = 8
-AUDIT = "+ray_kwargs.ray_init.runtime_env.env_vars.REPRO_AUDIT_UPDATES=1"
-NO_WARMUP = "actor_rollout_ref.actor.optim.lr_warmup_steps=0"  # verl's warm-up makes step 1's lr 0
 
 
 def _argv(runs: Path, method: str, steps: int, *sets: str) -> list[str]:
@@ -59,8 +57,9 @@ def verl_env(tiny_home) -> dict:
 
 
 @pytest.fixture(scope="module")
-def seq_run(verl_env, tmp_path_factory) -> Path:
-    return _run(verl_env, tmp_path_factory.mktemp("verl_runs"), "seq-balance", 3)
+def seq_run(verl_sweep) -> Path:
+    """seq-balance, 3 steps of BATCH prompts with AUDIT and NO_WARMUP: the sweep's cell, as _run would make it."""
+    return verl_sweep.run("seq-balance")
 
 
 def test_seq_balance_trains_n_rows_per_prompt_against_the_pool_mean(seq_run):

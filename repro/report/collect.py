@@ -498,9 +498,11 @@ def read_results(results: str | os.PathLike[str] = "results") -> dict[str, pd.Da
 
 def _scan(runs_root: Path, report: CollectReport) -> list[Path]:
     """Run folders and model run folders to read, sorted by name; everything else goes to report.not_runs."""
+    from repro.launch.local import LAUNCH_DIR
+
     folders = []
     for entry in sorted(runs_root.iterdir(), key=lambda p: p.name):
-        if not entry.is_dir():
+        if not entry.is_dir() or entry.name == LAUNCH_DIR:  # the sweep launchers' logs and locks: expected
             continue
         if entry.name.startswith("."):
             report.not_runs.append((entry.name, "hidden (a run being created, or not ours)"))
