@@ -74,3 +74,18 @@ def test_torn_files_are_one_line(broken: str, tiny_env, tmp_path, capsys) -> Non
     (model / broken).write_text("{torn")
     line = _one_error(main(["eval", str(model), "--k", "2", "--benchmarks", "tiny-math500"]), capsys.readouterr().err)
     assert f"cannot load the model in {model}" in line and "complete Hugging Face model" in line
+
+
+def test_the_cpu_backend_evaluates_a_verl_checkpoint_in_fp32(tiny_env, tmp_path) -> None:
+    """verl's hf_model save says bfloat16 in config.json over fp32 tensors; the CPU backend runs fp32, as the
+    trainer and the CPU rollout server do, not what the config says."""
+    import torch
+
+    from repro.evaluation.generation import TransformersGenerator
+
+    model = tmp_path / "verl-style"
+    shutil.copytree(_model(Path(tiny_env["REPRO_HOME"])), model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "dtype": "bfloat16"}))
+    generator = TransformersGenerator(model, max_new_tokens=4)
+    assert {p.dtype for p in generator.model.parameters()} == {torch.float32}

@@ -127,7 +127,10 @@ class TransformersGenerator:
 
         quiet_transformers()
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path)
+        # fp32, as training and the CPU rollout server run: verl's hf_model save writes fp32 tensors under a
+        # config.json that says bfloat16, and loading by the config would evaluate every verl checkpoint in
+        # bf16 (a mean log-prob shift of 0.011 on a tiny-arith checkpoint, and far slower matmuls on a CPU)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
         self.model.eval()
         self.max_new_tokens, self.temperature, self.batch_size = max_new_tokens, temperature, batch_size
         self.template = _template(template)
