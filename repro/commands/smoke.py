@@ -27,8 +27,8 @@ def smoke(
     verl's real trainer, its checkpoint's weights, an evaluation of it and the table row, one line per stage.
 
     On a GPU node it trains Qwen2.5-Math-1.5B on every visible GPU with 16 prompts a step and 512-token
-    responses (about 15 minutes with the model in the Hugging Face cache; weights from --model-path
-    otherwise); on a CPU it runs the same stages on tiny-arith with `--engine verl` (a few minutes). The
+    responses (sized for about 15 minutes, not yet timed on a GPU; the model from the Hugging Face cache,
+    else --model-path); on a CPU it runs the same stages on tiny-arith with `--engine verl` (a few minutes). The
     first FAIL line names what to fix; the stages after it are skipped. Exit code 0 when every stage passed.
 
     Examples:
