@@ -49,10 +49,15 @@ def sample(
     max_new_tokens: int,
     eos_id: int,
     pad_id: int,
-    generator: torch.Generator,
+    generator: torch.Generator | None,
     temperature: float = 1.0,
+    uniforms: torch.Tensor | None = None,
 ) -> list[list[int]]:
-    """One response per prompt (repeat a prompt to get several); each ends at EOS (included) or the cap."""
+    """One response per prompt (repeat a prompt to get several); each ends at EOS (included) or the cap.
+
+    `uniforms` ([prompts, max_new_tokens] in [0, 1)), when given, replaces `generator`: row i's token t is
+    the inverse CDF of its distribution at uniforms[i, t]. Each row then samples from its own numbers, so a
+    response does not depend on which other rows share its batch (evaluation seeds every sample on its own)."""
     if not prompts:
         return []
     ids, mask = left_pad(prompts, pad_id)
@@ -65,7 +70,12 @@ def sample(
     last_pos = pos[:, -1]
     for t in range(max_new_tokens):
         probs = torch.softmax(logits.float() / temperature, dim=-1)
-        nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        if uniforms is None:
+            nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        else:  # inverse CDF; the clamp guards a cumulative sum that rounds below the row's uniform
+            cdf = probs.cumsum(dim=-1)
+            nxt = torch.searchsorted(cdf, uniforms[:, t : t + 1].to(cdf.dtype) * cdf[:, -1:]).squeeze(1)
+            nxt = nxt.clamp(max=probs.shape[-1] - 1)
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         tokens[:, t] = nxt
         done |= nxt == eos_id
