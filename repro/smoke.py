@@ -151,25 +151,26 @@ class Smoke:
         proc = _repro(self.run_args(), self.log, self.env)
         if proc.returncode != 0:
             raise _Failed(f"{_last_error(self.log)} (full log: {self.log})")
-        steps = _metric_steps(self.run)
+        from repro.rundir import RunDir
+
+        steps = len(RunDir(self.run).logged_steps())  # collect's own reader of the attempt files
         if steps < STEPS:
             raise _Failed(f"verl logged {steps} of {STEPS} steps (log: {self.log})")
         return f"{steps} steps of {METHOD} through verl's trainer; metrics in {self.run / 'metrics'}"
 
     def weights(self) -> str:
-        from repro.evaluation.runner import _checkpoint_model, missing_weights
+        """The checkpoint `repro eval` will pick, through eval's own target check (weights and shards)."""
+        from repro.errors import ReproError
+        from repro.evaluation.runner import targets
 
-        checkpoints = sorted(self.run.glob("checkpoints/global_step_*"), key=lambda p: int(p.name.split("_")[-1]))
-        if not checkpoints:
-            raise _Failed(f"no checkpoint under {self.run / 'checkpoints'}: check trainer.save_freq")
-        model = _checkpoint_model(checkpoints[-1])
-        problem = "holds no config.json" if model is None else missing_weights(model)
-        if problem:
-            raise _Failed(f"{checkpoints[-1]} {problem}: keep hf_model in actor.checkpoint.save_contents")
-        size = sum(f.stat().st_size for f in model.glob("*.safetensors")) + sum(
-            f.stat().st_size for f in model.glob("*.bin")
-        )
-        return f"{len(checkpoints)} checkpoint(s); {checkpoints[-1].name} has {size / 1e6:.1f} MB of weights in {model}"
+        try:
+            (target,) = targets(self.run, all_checkpoints=False)
+        except ReproError as exc:
+            raise _Failed(f"{exc} (keep hf_model in actor.checkpoint.save_contents)") from None
+        model = Path(target.model_path)
+        size = sum(f.stat().st_size for pattern in ("*.safetensors", "*.bin") for f in model.glob(pattern))
+        kept = len(list(self.run.glob("checkpoints/global_step_*/actor")))
+        return f"{kept} checkpoint(s) kept; {target.label} has {size / 1e6:.1f} MB of weights in {model}"
 
     def evaluate(self) -> str:
         args = ["eval", str(self.run), "--benchmarks", EVAL_BENCHMARK, "--k", str(EVAL_K), "--pass-k", "1,2"]
@@ -247,16 +248,3 @@ def _versions() -> str:
 
     names = ("torch", "transformers", "verl", "vllm", "flash-attn")
     return ", ".join(f"{n} {installed_version(n) or '-'}" for n in names)
-
-
-def _metric_steps(run: Path) -> int:
-    steps: set[int] = set()
-    for path in run.glob("metrics/attempt-*.jsonl"):
-        if path.name.count(".") > 1:  # attempt-NNN.sampler.jsonl and the like
-            continue
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                steps.add(int(json.loads(line)["step"]))
-            except (ValueError, KeyError, TypeError):
-                continue
-    return len(steps)

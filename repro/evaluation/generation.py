@@ -162,12 +162,16 @@ class TransformersGenerator:
         width = self.max_new_tokens
         rows = [torch.rand(width, generator=torch.Generator().manual_seed(int(s))) for r in seeds for s in r]
         uniforms = torch.stack(rows) if rows else None
-        texts = self._sample(flat, None, uniforms)
-        out, at = [], 0
-        for row in seeds:
-            out.append(texts[at : at + len(row)])
-            at += len(row)
-        return out
+        return _regroup(self._sample(flat, None, uniforms), [len(row) for row in seeds])
+
+
+def _regroup(texts: list[str], sizes: Sequence[int]) -> list[list[str]]:
+    """A flat list of responses back into one list per problem (`sizes`: samples of each, in order)."""
+    out, at = [], 0
+    for size in sizes:
+        out.append(texts[at : at + size])
+        at += size
+    return out
 
 
 def model_config(model_path: Path | str) -> dict:
@@ -184,12 +188,6 @@ def tokenizer_config(model_path: Path | str) -> dict | None:
     """A local folder's tokenizer_config.json (vLLM also reads its model_max_length), else None."""
     local = Path(model_path) / "tokenizer_config.json"
     return json.loads(local.read_text()) if local.is_file() else None
-
-
-def configured_positions(model_path: Path | str) -> int | None:
-    """max_position_embeddings of a model's config (a local folder's config.json, else the Hub's)."""
-    value = model_config(model_path).get("max_position_embeddings")
-    return int(value) if isinstance(value, int) else None
 
 
 def eval_max_model_len(longest_prompt: int, max_new_tokens: int) -> tuple[int, str]:
@@ -310,12 +308,7 @@ class VLLMGenerator:
                     self._params(n=1, temperature=self.temperature, top_p=1.0, max_tokens=max_tokens, seed=int(s))
                 )
         outputs = self.llm.generate(requests, params, use_tqdm=False) if requests else []
-        texts = [out.outputs[0].text for out in outputs]
-        grouped, at = [], 0
-        for size in sizes:
-            grouped.append(texts[at : at + size])
-            at += size
-        return grouped
+        return _regroup([out.outputs[0].text for out in outputs], sizes)
 
 
 def make_generator(
