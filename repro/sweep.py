@@ -15,10 +15,78 @@ from repro.launch.slurm_options import SlurmOptions
 from repro.loggers import ALWAYS, parse_loggers
 
 _KEYS = {"name", "description", "backbones", "methods", "prompt_sets", "seeds", "preset", "engine", "overrides"}
-_KEYS |= {"slurm", "ray", "logger"}
+_KEYS |= {"slurm", "ray", "logger", "eval"}
 ENGINES = ("local", "verl")  # CPU backbones: the CPU trainer, or verl's real trainer (GPU backbones: always verl)
 _RAY_KEYS = {"address", "python"}
 PRESETS = ("paper", "released")
+
+
+CHECKPOINT_CHOICES = ("final", "all")
+_EVAL_KEYS = {"benchmarks", "k", "checkpoints", "grading", "max_new_tokens", "shards", "time"}
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """The evaluation stage a sweep asks for (`eval:`): `repro eval RUN` with these options, run for each cell
+    once its training has finished. The defaults are the paper's protocol: Ave@32 on the four benchmarks (the
+    tiny tiers for tiny-arith), every kept checkpoint, graded as the released eval grades."""
+
+    benchmarks: str = "all"
+    k: int = 32
+    checkpoints: str = "all"  # final | all | a comma list of steps
+    grading: str = "released"
+    max_new_tokens: int | None = None  # default: repro eval's (4096; the tiny model's own cap)
+    shards: int | None = None  # processes per evaluation (default: one per GPU of the cell's node; 1 on CPU)
+    time: str = "12:00:00"  # slurm: --time of the evaluation job
+
+    def eval_args(self) -> list[str]:
+        """`repro eval` options after the run folder (the same for every launcher)."""
+        out = ["--benchmarks", self.benchmarks, "--k", str(self.k), "--checkpoints", self.checkpoints]
+        out += ["--grading", self.grading]
+        if self.max_new_tokens is not None:
+            out += ["--max-new-tokens", str(self.max_new_tokens)]
+        if self.shards is not None:
+            out += ["--shards", str(self.shards)]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+def _eval_spec(raw: Any, path: Path) -> EvalSpec | None:
+    """`eval:` of a sweep file: absent or false = no evaluation stage, true or {} = the paper's protocol."""
+    if raw is None or raw is False:
+        return None
+    if raw is True:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ReproError(f"{path}: 'eval' must be a mapping (e.g. eval: {{k: 32, checkpoints: all}}) or true/false")
+    unknown = sorted(set(raw) - _EVAL_KEYS)
+    if unknown:
+        raise ReproError(f"{path}: unknown eval options {unknown}; valid: {sorted(_EVAL_KEYS)}")
+    values = dict(raw)
+    for key in ("k", "max_new_tokens", "shards"):
+        value = values.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ReproError(f"{path}: eval.{key} must be a positive integer, got {value!r}")
+    checkpoints = values.get("checkpoints", "all")
+    if isinstance(checkpoints, list):
+        if not checkpoints or not all(isinstance(s, int) and s > 0 for s in checkpoints):
+            raise ReproError(f"{path}: eval.checkpoints must be final, all or a list of positive steps")
+        checkpoints = ",".join(str(s) for s in checkpoints)
+    elif checkpoints not in CHECKPOINT_CHOICES:
+        raise ReproError(f"{path}: eval.checkpoints must be final, all or a list of steps, got {checkpoints!r}")
+    values["checkpoints"] = checkpoints
+    grading = values.get("grading", "released")
+    if grading not in ("released", "math-verify"):
+        raise ReproError(f"{path}: eval.grading must be released or math-verify, got {grading!r}")
+    benchmarks = values.get("benchmarks", "all")
+    if isinstance(benchmarks, list):
+        benchmarks = ",".join(str(b) for b in benchmarks)
+    values["benchmarks"] = str(benchmarks)
+    values["time"] = str(values.get("time", "12:00:00"))
+    SlurmOptions(time=values["time"]).check(f"{path}: eval")
+    return EvalSpec(**values)
 
 
 @dataclass(frozen=True)
@@ -43,6 +111,7 @@ class Sweep:
     loggers: tuple[str, ...] = ALWAYS  # `logger:` (a list or a comma string), as `repro run --logger` takes it
     slurm: dict[str, Any] = field(default_factory=dict)  # sbatch defaults (repro.launch.slurm_options.SlurmOptions)
     ray: dict[str, Any] = field(default_factory=dict)  # Jobs API defaults: address, python
+    eval: EvalSpec | None = None  # the evaluation stage (`eval:`), None when the sweep only trains
 
     def cells(self) -> list[Cell]:
         return [Cell(*combo) for combo in itertools.product(self.backbones, self.methods, self.prompt_sets, self.seeds)]
@@ -114,4 +183,5 @@ def load_sweep(path: str | Path) -> Sweep:
         loggers=loggers,
         slurm=dict(slurm),
         ray=dict(ray),
+        eval=_eval_spec(data.get("eval"), path),
     )

@@ -40,6 +40,10 @@ _STYLE = {
     "interrupted": "magenta",
     "pending": "dim",
     "unknown": "red",
+    "done": "green",
+    "waiting": "dim",
+    "queued": "yellow",
+    "not started": "red",
 }
 
 
@@ -98,6 +102,20 @@ MemOpt = Annotated[str | None, typer.Option("--mem", help="slurm: memory per nod
 RayAddressOpt = Annotated[
     str | None, typer.Option("--ray-address", help="ray: the Jobs API address (default http://127.0.0.1:8265).")
 ]
+EvalOpt = Annotated[
+    bool,
+    typer.Option(
+        "--eval/--no-eval",
+        help="Run the sweep file's evaluation stage (`eval:`) after each cell's training (default: yes).",
+    ),
+]
+EvalCheckpointsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--eval-checkpoints",
+        help="Override the sweep file's eval.checkpoints: final, all, or a comma list of steps.",
+    ),
+]
 PythonOpt = Annotated[
     str | None, typer.Option("--python", help="ray: the Python interpreter on the cluster (default: python).")
 ]
@@ -117,6 +135,8 @@ class _Launch:
     dry_run: bool
     slurm_flags: dict
     ray_flags: dict
+    evaluate: bool = True
+    eval_checkpoints: str | None = None
 
     @classmethod
     def from_options(cls, options: dict) -> _Launch:
@@ -136,6 +156,8 @@ class _Launch:
                 k: options[k] for k in ("account", "partition", "time", "gpus_per_node", "cpus_per_task", "mem")
             },
             ray_flags={"address": options["ray_address"], "python": options["python"]},
+            evaluate=options.get("evaluate", True),
+            eval_checkpoints=options.get("eval_checkpoints"),
         )
 
 
@@ -151,20 +173,40 @@ def _scheduler(args: _Launch, sweep):
     return RayScheduler(address=ray.get("address") or DEFAULT_ADDRESS, python=ray.get("python") or "python")
 
 
-def _launch(args: _Launch, states: tuple[str, ...]) -> None:
+def _load(args: _Launch, *, need_eval: bool = False):
+    """The sweep file with the command line's evaluation choices applied."""
+    import dataclasses
+
+    from repro.sweep import EvalSpec, load_sweep
+
+    sweep = load_sweep(args.file)
+    spec = sweep.eval
+    if need_eval and spec is None:
+        raise ReproError(f"{args.file} has no 'eval:' section; add one (e.g. eval: {{k: 32, checkpoints: all}})")
+    if spec is not None and args.eval_checkpoints is not None:
+        raw = args.eval_checkpoints.strip()
+        ok = raw in ("final", "all") or all(part.strip().isdigit() for part in raw.split(","))
+        if not ok:
+            raise ReproError(f"--eval-checkpoints takes final, all or a comma list of steps, got {raw!r}")
+        spec = dataclasses.replace(spec, checkpoints=raw.replace(" ", ""))
+    if not args.evaluate:
+        spec = None
+    return dataclasses.replace(sweep, eval=spec if isinstance(spec, EvalSpec) else None)
+
+
+def _launch(args: _Launch, states: tuple[str, ...], train: bool = True) -> None:
     from repro.launch.plan import CpuOptions
-    from repro.sweep import load_sweep
 
     if args.launcher not in LAUNCHERS:
         raise ReproError(f"unknown launcher {args.launcher!r}; valid launchers: {', '.join(LAUNCHERS)}")
-    sweep = load_sweep(args.file)
+    sweep = _load(args, need_eval=not train)
     options = CpuOptions(args.steps, args.batch)
     cells = sweep.cells()
     if args.dry_run:
         _dry_run(args, sweep, options)
         return
     if args.launcher == "local":
-        _launch_local(args, sweep, options, states)
+        _launch_local(args, sweep, options, states, train)
         return
     from repro.launch.submit import submit_sweep
 
@@ -180,6 +222,7 @@ def _launch(args: _Launch, states: tuple[str, ...]) -> None:
         options=options,
         max_parallel=args.max_parallel,
         states=states,
+        train=train,
         wait=args.wait,
         retries=args.retries,
         poll=args.poll,
@@ -188,9 +231,16 @@ def _launch(args: _Launch, states: tuple[str, ...]) -> None:
     table = Table(title=f"sweep {sweep.name} ({args.file}) on {args.launcher}")
     for column in ("cell", "state", "this command", "job"):
         table.add_column(column)
+    if sweep.eval is not None:
+        for column in ("eval", "eval job"):
+            table.add_column(column)
     table.add_column("reason", overflow="fold")
     for c in report.cells:
-        table.add_row(c.name, Text(c.state, style=_STYLE.get(c.state, "")), c.action, c.job_id or "", Text(c.reason))
+        row = [c.name, Text(c.state, style=_STYLE.get(c.state, "")), c.action, c.job_id or ""]
+        if sweep.eval is not None:
+            eval_cell = Text(c.eval_state, style=_STYLE.get(c.eval_state, ""))
+            row += [eval_cell, f"{c.eval_job_id or ''} {c.eval_action}".strip()]
+        table.add_row(*row, Text(c.reason))
     console = stdout_console()
     console.print(table)
     counts: dict[str, int] = {}
@@ -229,7 +279,7 @@ def _dry_run(args: _Launch, sweep, options) -> None:
     console.print(f"# {len(plans)} cells; nothing launched")
 
 
-def _launch_local(args: _Launch, sweep, options, states: tuple[str, ...]) -> None:
+def _launch_local(args: _Launch, sweep, options, states: tuple[str, ...], train: bool = True) -> None:
     from repro.launch.local import run_local
 
     parallel = args.max_parallel or _default_parallel()
@@ -247,24 +297,38 @@ def _launch_local(args: _Launch, sweep, options, states: tuple[str, ...]) -> Non
         f"sweep {sweep.name}: {len(cells) if only is None else len(only)} cells, up to {parallel} at a time, "
         f"runs in {args.runs_root} (logs in {args.runs_root / LAUNCH_DIR})"
     )
-    report = run_local(sweep, args.runs_root, max_parallel=parallel, extra_args=options.args(), only=only)
+    report = run_local(sweep, args.runs_root, max_parallel=parallel, extra_args=options.args(), only=only, train=train)
 
     table = Table(title=f"sweep {sweep.name} ({args.file})")
     for column, justify in (("cell", "left"), ("outcome", "left"), ("exit", "right"), ("time", "right")):
         table.add_column(column, justify=justify)
+    if sweep.eval is not None:
+        table.add_column("eval", justify="left")
+        table.add_column("eval time", justify="right")
     table.add_column("note", overflow="fold")
     for o in report.outcomes:
-        table.add_row(
+        row = [
             o.name,
             Text(o.outcome, style=_STYLE.get(o.outcome, "")),
             "" if o.exit_code is None else str(o.exit_code),
             f"{o.seconds:.0f}s" if o.launched else "",
-            Text(o.message),
-        )
+        ]
+        if sweep.eval is not None:
+            row += [
+                Text(o.eval_outcome, style=_STYLE.get(o.eval_outcome, "")),
+                f"{o.eval_seconds:.0f}s" if o.eval_seconds else "",
+            ]
+        table.add_row(*row, Text("; ".join(m for m in (o.message, o.eval_message) if m)))
     console = stdout_console()
     console.print(table)
     counts = {name: len(report.by_outcome(name)) for name in ("finished", "failed", "skipped", "running elsewhere")}
-    console.print(", ".join(f"{n} {name}" for name, n in counts.items()))
+    line = ", ".join(f"{n} {name}" for name, n in counts.items())
+    if sweep.eval is not None:
+        evals: dict[str, int] = {}
+        for o in report.outcomes:
+            evals[o.eval_outcome] = evals.get(o.eval_outcome, 0) + 1
+        line += "; evaluations: " + ", ".join(f"{n} {name}" for name, n in sorted(evals.items()))
+    console.print(line)
     if report.failed:
         raise typer.Exit(1)
 
@@ -289,6 +353,8 @@ def run(
     mem: MemOpt = None,
     ray_address: RayAddressOpt = None,
     python: PythonOpt = None,
+    evaluate: EvalOpt = True,
+    eval_checkpoints: EvalCheckpointsOpt = None,
 ) -> None:
     """Launch every cell of a sweep file that has not finished yet; print one line per cell.
 
@@ -308,6 +374,12 @@ def run(
     every cell has ended, filling free slots (`--max-parallel`) and resubmitting failures (`--retries`).
     Exit code 1 if any cell failed.
 
+    A sweep file with `eval:` (benchmarks, k, checkpoints: final | all | [steps], grading, shards) also
+    evaluates each cell once its training has succeeded: local right after the cell's run; slurm as a job
+    `--dependency=afterok:<training job>` (RUN/slurm/eval.sbatch; removed by Slurm if training fails);
+    ray as a job the training job submits as its last act. A cell whose evaluation records are complete is
+    not evaluated again; `repro sweep eval` runs only this stage.
+
     Examples:
 
       repro sweep run sweeps/tiny.yaml --steps 20 --max-parallel 2
@@ -319,6 +391,38 @@ def run(
       repro sweep run sweeps/tiny.yaml --launcher ray --ray-address http://head:8265
     """
     _launch(_Launch.from_options(locals()), LAUNCHABLE_DEFAULT)
+
+
+@app.command("eval")
+def eval_stage(
+    file: FileArg,
+    launcher: LauncherOpt = "local",
+    runs_root: RunsRootOpt = Path("runs"),
+    max_parallel: ParallelOpt = None,
+    wait: WaitOpt = False,
+    poll: PollOpt = 30.0,
+    eval_checkpoints: EvalCheckpointsOpt = None,
+    account: AccountOpt = None,
+    partition: PartitionOpt = None,
+    time: TimeOpt = None,
+    gpus_per_node: GpusOpt = None,
+    cpus_per_task: CpusOpt = None,
+    mem: MemOpt = None,
+    ray_address: RayAddressOpt = None,
+    python: PythonOpt = None,
+) -> None:
+    """Run only the evaluation stage (`eval:` of the sweep file) for cells trained earlier: each trained
+    cell whose records are incomplete is evaluated (local) or gets an evaluation job (slurm, ray); a Slurm
+    cell still training gets one behind its job (afterok). Nothing is trained.
+
+    Examples:
+
+      repro sweep eval sweeps/tiny.yaml --max-parallel 2
+
+      repro sweep eval sweeps/paper.yaml --launcher slurm --partition gpu --eval-checkpoints final
+    """
+    options = {**locals(), "steps": None, "batch": None, "retries": 0, "evaluate": True}
+    _launch(_Launch.from_options(options), LAUNCHABLE_DEFAULT, train=False)
 
 
 @app.command("retry-failed")
@@ -381,7 +485,10 @@ def status(
         typer.Option("--scheduler/--no-scheduler", help="Ask Slurm / Ray about cells whose job is not running."),
     ] = True,
 ) -> None:
-    """Show every cell's state: pending, queued, running, finished, failed, interrupted or cancelled, with why.
+    """Show every cell's state: pending, queued, running, finished, failed, interrupted or cancelled, with why;
+    the steps it lost to interruptions; and, with --sweep, its evaluation stage: pending, waiting (behind its
+    training job), queued, running, done (with the final checkpoint's weighted Ave@k), failed (with its
+    log) or not started (training failed).
 
     The run folder says what it knows (status.json, and the run's lock for "running"), so this is right
     whichever launcher or shell started a run; a run whose process died shows as interrupted. For a cell
@@ -396,9 +503,15 @@ def status(
 
       repro status --runs-root /scratch/runs --sweep sweeps/paper.yaml
     """
+    from repro.launch.eval_stage import eval_state
     from repro.launch.state import cell_state
 
     names = _cell_names(runs_root, sweep)
+    spec = None
+    if sweep is not None:
+        from repro.sweep import load_sweep
+
+        spec = load_sweep(sweep).eval
     console = stdout_console()
     if not names:
         console.print(f"no runs in {runs_root}")
@@ -406,15 +519,63 @@ def status(
     table = Table(title=f"runs in {runs_root}" + (f" for {sweep}" if sweep else ""))
     for column, justify in (("cell", "left"), ("state", "left"), ("attempts", "right"), ("job", "left")):
         table.add_column(column, justify=justify)
+    table.add_column("steps lost", justify="right")
+    table.add_column("eval", justify="left")
     table.add_column("reason", overflow="fold")
     counts: dict[str, int] = {}
+    eval_counts: dict[str, int] = {}
     for name in names:
-        cs = cell_state(runs_root / name, ask_scheduler=ask_scheduler)
+        path = runs_root / name
+        cs = cell_state(path, ask_scheduler=ask_scheduler)
         counts[cs.state] = counts.get(cs.state, 0) + 1
         job = f"{cs.job['launcher']} {cs.job['job_id']}" if cs.job else ""
-        table.add_row(name, Text(cs.state, style=_STYLE.get(cs.state, "")), str(cs.attempts), job, Text(cs.reason))
+        es = eval_state(path, spec, cs.state, ask_scheduler=ask_scheduler) if spec else _evaluated(path)
+        eval_counts[es.state] = eval_counts.get(es.state, 0) + 1
+        shown = es.state + (f" {100 * es.weighted:.1f}%" if es.weighted is not None else "")
+        reasons = [r for r in (cs.reason, f"eval: {es.reason}" if es.reason and es.state != "off" else "") if r]
+        table.add_row(
+            name,
+            Text(cs.state, style=_STYLE.get(cs.state, "")),
+            str(cs.attempts),
+            job,
+            _lost(path),
+            Text(shown, style=_STYLE.get(es.state, "")),
+            Text("; ".join(reasons)),
+        )
     console.print(table)
     console.print(", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+    if spec is not None:
+        console.print("evaluation: " + ", ".join(f"{n} {state}" for state, n in sorted(eval_counts.items())))
+
+
+def _lost(path: Path) -> str:
+    """Steps a run trained and lost to interruptions (time limits, preemption), from its attempts."""
+    try:
+        from repro.launch.allocations import allocations
+    except ImportError:  # the continuation support is not there
+        return ""
+    try:
+        _count, lost = allocations(path)
+    except Exception:  # a half-written folder: the state column says what is wrong
+        return ""
+    return str(lost)
+
+
+def _evaluated(path: Path):
+    """Without a sweep file: what evaluations the run folder holds (checkpoints with a summary)."""
+    import json
+
+    from repro.launch.eval_stage import EvalState
+
+    summaries = sorted(path.glob("eval/global_step_*/summary.json"), key=lambda p: int(p.parent.name.split("_")[-1]))
+    if not summaries:
+        return EvalState("off")
+    try:
+        weighted = json.loads(summaries[-1].read_text()).get("weighted_average")
+    except (OSError, ValueError):
+        weighted = None
+    steps = tuple(int(p.parent.name.split("_")[-1]) for p in summaries)
+    return EvalState("done", f"checkpoints {', '.join(map(str, steps))}", weighted, None, steps)
 
 
 def cancel(

@@ -50,9 +50,10 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def record_job(run_dir: str | os.PathLike[str], record: dict[str, Any]) -> None:
-    """Append one submission, fsynced, so a crash right after `sbatch` still leaves the job id on disk."""
-    path = Path(run_dir) / JOBS_FILE
+def record_job(run_dir: str | os.PathLike[str], record: dict[str, Any], file: str = JOBS_FILE) -> None:
+    """Append one submission, fsynced, so a crash right after `sbatch` still leaves the job id on disk
+    (training jobs in jobs.jsonl; the evaluation stage's in eval-jobs.jsonl)."""
+    path = Path(run_dir) / file
     existed = path.exists()
     with open(path, "a") as handle:
         append_lines(handle, [json.dumps(record, sort_keys=True)])
@@ -60,10 +61,10 @@ def record_job(run_dir: str | os.PathLike[str], record: dict[str, Any]) -> None:
         fsync_dir(path.parent)
 
 
-def job_records(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def job_records(run_dir: str | os.PathLike[str], file: str = JOBS_FILE) -> list[dict[str, Any]]:
     """Every submission of a run, oldest first; a torn last line (a crash mid-append) is ignored."""
     try:
-        lines = (Path(run_dir) / JOBS_FILE).read_text().splitlines()
+        lines = (Path(run_dir) / file).read_text().splitlines()
     except FileNotFoundError:
         return []
     out = []

@@ -51,6 +51,9 @@ class CellOutcome:
     message: str = ""  # failed: the last stderr line; skipped / running elsewhere: why
     seconds: float = 0.0
     pid: int | None = None  # the `repro run` process, when this invocation launched one
+    eval_outcome: str = ""  # the sweep's evaluation stage: done, finished, failed, skipped, running elsewhere
+    eval_message: str = ""
+    eval_seconds: float = 0.0
 
     @property
     def launched(self) -> bool:
@@ -67,7 +70,7 @@ class SweepReport:
 
     @property
     def failed(self) -> list[CellOutcome]:
-        return self.by_outcome("failed")
+        return [o for o in self.outcomes if o.outcome == "failed" or o.eval_outcome == "failed"]
 
     @property
     def launched(self) -> list[CellOutcome]:
@@ -218,6 +221,30 @@ def _launch(
     return CellOutcome(cell, name, "failed", exit_code=code, message=message, seconds=seconds, pid=proc.pid)
 
 
+def _evaluate(outcome: CellOutcome, sweep: Sweep, root: Path, python: str, threads: int) -> None:
+    """The cell's evaluation stage, when its training has finished and its records are not complete."""
+    from repro.launch.eval_stage import eval_done, eval_running, run_local_eval
+
+    path = root / outcome.name
+    if _run_state(path) != "finished":
+        outcome.eval_outcome, outcome.eval_message = "skipped", "training has not finished"
+        return
+    if eval_done(path, sweep.eval)[0]:
+        outcome.eval_outcome, outcome.eval_message = "done", "records complete"
+        return
+    if eval_running(path):
+        outcome.eval_outcome, outcome.eval_message = "running elsewhere", "another repro eval holds its lock"
+        return
+    started = time.perf_counter()
+    code, tail = run_local_eval(path, sweep.eval, launch_dir(root), python, threads)
+    outcome.eval_seconds = time.perf_counter() - started
+    if code == 0:
+        outcome.eval_outcome = "finished"
+    else:
+        outcome.eval_outcome = "failed"
+        outcome.eval_message = tail or f"repro eval exited with {code}; see {launch_dir(root) / outcome.name}.eval.err"
+
+
 def run_local(
     sweep: Sweep,
     runs_root: str | os.PathLike[str],
@@ -226,12 +253,15 @@ def run_local(
     extra_args: Sequence[str] = (),
     python: str = sys.executable,
     only: set[str] | None = None,
+    train: bool = True,
 ) -> SweepReport:
     """Run every unfinished cell of `sweep` as `python -m repro.cli run ...`, at most `max_parallel` at once.
 
     The children inherit this process's environment (REPRO_HOME included) and working directory;
     `extra_args` (e.g. ``["--steps", "20"]``) are appended to every cell's command. Returns one outcome per
     cell (of `only`, when given: cell names), in the sweep's order, after every launched cell has ended.
+    A sweep with `eval:` evaluates each cell right after its training succeeds (or, already trained, at
+    once), in the same worker; `train=False` runs only the evaluations of trained cells (`repro sweep eval`).
     """
     if max_parallel < 1:
         raise ReproError(f"--max-parallel must be at least 1, got {max_parallel}")
@@ -244,7 +274,14 @@ def run_local(
     results: dict[int, CellOutcome] = {}
 
     def work(index: int, cell: Cell) -> None:
-        outcome = _run_cell(cell, sweep, root, tuple(extra_args), python, threads)
+        if train:
+            outcome = _run_cell(cell, sweep, root, tuple(extra_args), python, threads)
+        else:
+            name = cell_name(cell.backbone, cell.method, cell.prompt_set, cell.seed)
+            state = _run_state(root / name)
+            outcome = CellOutcome(cell, name, "skipped", message=f"training {state or 'not started'}")
+        if sweep.eval is not None:
+            _evaluate(outcome, sweep, root, python, threads)
         with lock:
             results[index] = outcome
 

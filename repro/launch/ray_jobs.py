@@ -70,12 +70,16 @@ class RayScheduler:
             env["env_vars"][THREADS_ENV] = str(threads)
         return env
 
-    def submit(self, plan: CellPlan, sweep_name: str) -> dict[str, Any]:
+    def submit(self, plan: CellPlan, sweep_name: str, then: str | None = None) -> dict[str, Any]:
+        """Submit the cell; `then` is a shell command the job runs after training succeeds (the sweep's
+        evaluation stage submits the cell's evaluation job this way: repro.launch.eval_stage)."""
         import shlex
 
         n = len(job_records(plan.run_dir)) + 1
         job_id = re.sub(r"[^A-Za-z0-9_.-]", "-", f"repro-{plan.name}-{n}-{now()}")
         entrypoint = " ".join(shlex.quote(a) for a in [self.python, *plan.argv[1:]])
+        if then:
+            entrypoint = f"{entrypoint} && {then}"
         try:
             # a CPU cell reserves its CPUs, so Ray queues cells rather than oversubscribing the cores;
             # a GPU cell's entrypoint is only verl's driver, whose workers ask Ray for the GPUs themselves

@@ -35,6 +35,10 @@ class CellReport:
     job_id: str | None = None
     reason: str = ""
     submissions: int = 0
+    eval_state: str = "off"  # the evaluation stage (repro.launch.eval_stage.EVAL_STATES)
+    eval_action: str = ""
+    eval_job_id: str | None = None
+    eval_for: set[str] = field(default_factory=set)  # training job ids this command submitted an evaluation after
 
 
 @dataclass
@@ -55,9 +59,78 @@ def _submit_one(plan: CellPlan, scheduler: Scheduler, sweep: Sweep) -> dict:
     if plan.gpu is not None:  # released sets by Hub id: fetched here, where the network is
         fetch_hub_inputs(plan.gpu, plan.cell.backbone)
     RunDir.prepare(plan.run_dir, plan.config, ["repro", "sweep", "run", sweep.name, f"--launcher={scheduler.name}"])
-    record = scheduler.submit(plan, sweep.name)
+    if sweep.eval is not None and scheduler.name == "ray":  # the training job submits its own evaluation
+        from repro.launch.eval_stage import ray_chain, write_request
+
+        write_request(plan.run_dir, sweep.eval, scheduler, sweep.name, _eval_gpus(plan, scheduler))
+        record = scheduler.submit(plan, sweep.name, then=ray_chain(plan.run_dir, scheduler.python))
+    else:
+        record = scheduler.submit(plan, sweep.name)
     record_job(plan.run_dir, record)
     return record
+
+
+def _eval_gpus(plan: CellPlan, scheduler: Scheduler) -> int:
+    if plan.gpu is None:
+        return 0
+    options = getattr(scheduler, "options", None)
+    return int(getattr(options, "gpus_per_node", None) or plan.gpu.gpus_per_node)
+
+
+def _eval_stage(plan: CellPlan, scheduler: Scheduler, sweep: Sweep, report: CellReport, on_event) -> None:
+    """Submit the cell's evaluation when it is due and not already done, queued or running: now when the cell
+    is trained, or (Slurm) behind the cell's live training job with afterok. Updates the report's eval fields."""
+    from repro.launch.eval_stage import eval_state, record_eval_job, submit_ray_eval, submit_slurm_eval
+
+    spec = sweep.eval
+    if spec is None:
+        return
+    train = cell_state(plan.run_dir, scheduler=scheduler)
+    es = eval_state(plan.run_dir, spec, train.state)
+    report.eval_state = es.state
+    if es.job:
+        report.eval_job_id = str(es.job.get("job_id"))
+    if es.state == "done" or es.active or es.state == "not started":
+        return
+    after = None
+    if train.state in ("queued", "running") and scheduler.name == "slurm" and train.job:
+        after = str(train.job.get("job_id"))
+        if after in report.eval_for:
+            return
+    elif train.state != "finished":
+        return
+    elif scheduler.name == "ray" and train.job:  # the training job's own chain submits it as its last act
+        owner_state = scheduler.state(train.job).state
+        if owner_state in ("queued", "running"):
+            return
+    try:
+        if scheduler.name == "slurm":
+            record = submit_slurm_eval(plan, spec, scheduler, sweep.name, after)
+        elif scheduler.name == "ray":
+            record = submit_ray_eval(
+                plan.run_dir,
+                plan.name,
+                spec,
+                address=scheduler.address,
+                python=scheduler.python,
+                gpus=_eval_gpus(plan, scheduler),
+                cpus=scheduler.cpu_cell_cpus,
+                sweep_name=sweep.name,
+                project_dir=scheduler.project_dir,
+                home=scheduler.home,
+            )
+        else:
+            return
+    except ReproError as exc:
+        report.eval_state, report.eval_action = "failed", f"submission failed: {exc}"
+        on_event(f"{plan.name}: evaluation submission failed: {exc}")
+        return
+    record_eval_job(plan.run_dir, record)
+    report.eval_for.add(after or "")
+    report.eval_job_id = str(record["job_id"])
+    report.eval_state = "waiting" if after else "queued"
+    report.eval_action = f"submitted after job {after}" if after else "submitted"
+    on_event(f"{plan.name}: evaluation {report.eval_action} as {scheduler.name} job {record['job_id']}")
 
 
 def submit_sweep(
@@ -68,6 +141,7 @@ def submit_sweep(
     options: CpuOptions | None = None,
     max_parallel: int | None = None,
     states: tuple[str, ...] = LAUNCHABLE,
+    train: bool = True,
     wait: bool = False,
     retries: int = 1,
     poll: float = 15.0,
@@ -75,7 +149,8 @@ def submit_sweep(
     on_event: Callable[[str], None] = lambda _line: None,
 ) -> SubmitReport:
     """Submit every cell whose state is in `states`; with `wait`, return only when no cell is queued or
-    running, each cell submitted at most 1 + `retries` times by this call."""
+    running, each cell submitted at most 1 + `retries` times by this call. A sweep with `eval:` also gets
+    each cell's evaluation job (after its training); `train=False` submits only those (`repro sweep eval`)."""
     if max_parallel is not None and max_parallel < 1:
         raise ReproError(f"--max-parallel must be at least 1, got {max_parallel}")
     root = Path(runs_root).absolute()
@@ -90,6 +165,10 @@ def submit_sweep(
         in_flight = sum(1 for s in states_now.values() if s.active)
         for plan in plans:
             report, now_state = reports[plan.name], states_now[plan.name]
+            if not train:
+                report.state, report.reason = now_state.state, now_state.reason
+                _eval_stage(plan, scheduler, sweep, report, on_event)
+                continue
             report.state, report.reason = now_state.state, now_state.reason
             if now_state.job:
                 report.job_id = str(now_state.job.get("job_id"))
@@ -129,6 +208,9 @@ def submit_sweep(
             report.action = "submitted" if report.submissions == 1 else f"resubmitted ({report.submissions - 1})"
             in_flight += 1
             on_event(f"{plan.name}: {report.action} as {scheduler.name} job {record['job_id']}")
+        for plan in plans:
+            if train:
+                _eval_stage(plan, scheduler, sweep, reports[plan.name], on_event)
         first = False
         if not wait:
             break
@@ -139,7 +221,10 @@ def submit_sweep(
             if r.state in ("failed", "interrupted", "pending") and r.submissions and r.submissions <= retries
         ]
         waiting = [r for r in reports.values() if r.action == "waiting for a slot" and r.state in LAUNCHABLE]
-        if not active and not retryable and not waiting:
+        evaluating = [r for r in reports.values() if r.eval_state in ("waiting", "queued", "running")]
+        if sweep.eval is not None and not active:  # training done: is any evaluation still due?
+            evaluating += [r for r in reports.values() if r.state == "finished" and r.eval_state == "pending"]
+        if not active and not retryable and not waiting and not evaluating:
             break
         if deadline is not None and time.monotonic() > deadline:
             on_event(f"gave up waiting after {timeout:.0f}s; jobs keep running, `repro status` follows them")
