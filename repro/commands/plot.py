@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +11,7 @@ import typer
 
 from repro.console import stdout_console
 from repro.errors import ReproError
-from repro.report.schema import DEFAULT_RESULTS
+from repro.report.schema import DEFAULT_RESULTS, WEIGHTED_AVERAGE
 
 app = typer.Typer(
     help=(
@@ -19,6 +20,7 @@ app = typer.Typer(
         "Examples:\n\n"
         "  repro collect && repro plot reward-curve\n\n"
         "  repro plot step-time --no-paper\n\n"
+        "  repro plot eval-curve --benchmark math500\n\n"
         "  repro plot signal-loss --runs-root runs"
     ),
     no_args_is_help=True,
@@ -145,6 +147,40 @@ def heldout_cmd(
 
     fig, missing = plots.heldout_curve(_table(results, "training"), window=window)
     _finish(fig, missing, results, out, "heldout")
+
+
+@app.command("eval-curve")
+def eval_curve_cmd(
+    results: ResultsOpt = Path(DEFAULT_RESULTS),
+    out: OutOpt = None,
+    benchmark: Annotated[
+        str,
+        typer.Option(
+            "--benchmark",
+            help=f"The eval table's benchmark to draw: {WEIGHTED_AVERAGE!r} (problem-weighted over benchmarks) "
+            "or one benchmark's name (e.g. math500).",
+        ),
+    ] = WEIGHTED_AVERAGE,
+) -> None:
+    """Ave@k (%) of every evaluated checkpoint against its training step: one panel per backbone x prompt
+    set, one line per method (the mean over seeds, a band from the least to the greatest seed), a marker
+    at each evaluated step; a base model evaluated by name is the dashed line. Released checkpoints have
+    no training step and are left out (`repro table weighted-average` shows them).
+
+    Evaluate every saved checkpoint first (`repro eval RUN --all-checkpoints`), then `repro collect`;
+    with only final checkpoints each run is one point, and the figure says so.
+
+    Examples:
+
+      repro plot eval-curve
+
+      repro plot eval-curve --benchmark math500 --out figs/eval-curve-math500
+    """
+    from repro.report import plots
+
+    fig, missing = plots.eval_curve(_table(results, "eval"), benchmark=benchmark)
+    name = "eval-curve" if benchmark == WEIGHTED_AVERAGE else "eval-curve-" + re.sub(r"[^\w.-]+", "_", benchmark)
+    _finish(fig, missing, results, out, name)
 
 
 @app.command("step-time")

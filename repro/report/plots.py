@@ -1,11 +1,12 @@
 """The paper's figures under their historical names: a facade over the package `repro.report.figures`,
-which holds one module per figure family (training curves, step time, sampling, pass@k, signal loss) and
-the conventions all figures share. Commands and tests keep importing `repro.report.plots`; new code may
-import the family module directly."""
+which holds one module per figure family (training curves, Ave@k over checkpoints, step time, sampling,
+pass@k, signal loss) and the conventions all figures share. Commands and tests keep importing
+`repro.report.plots`; new code may import the family module directly."""
 
 from __future__ import annotations
 
 from repro.report.figures.common import Expected, Result, moving_average
+from repro.report.figures.eval_curve import eval_curve
 from repro.report.figures.passk import passk
 from repro.report.figures.records import CORRECT_THRESHOLD
 from repro.report.figures.sampling import (
@@ -67,6 +68,7 @@ __all__ = [
     "STEP_TIME",
     "Expected",
     "Result",
+    "eval_curve",
     "heldout_curve",
     "moving_average",
     "passk",

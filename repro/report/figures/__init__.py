@@ -1,7 +1,8 @@
 """The paper's figures from the tidy tables of `repro collect` (schema.py), one module per family:
-`training` (reward, held-out accuracy and reward-entropy curves), `step_time`, `sampling`, `passk` and
-`signal_loss`, on the helpers of `common` (and `records` for the eval-record figures). Each figure function
-returns `(figure, missing)` and writes nothing; `repro.report.style.save` writes PNG + PDF.
+`training` (reward, held-out accuracy and reward-entropy curves), `eval_curve` (Ave@k of every evaluated
+checkpoint against step), `step_time`, `sampling`, `passk` and `signal_loss`, on the helpers of `common`
+(and `records` for the eval-record figures). Each figure function returns `(figure, missing)` and writes
+nothing; `repro.report.style.save` writes PNG + PDF.
 `repro.report.plots` re-exports every figure and constant under its old names.
 
 Every function draws whatever subset of the grid exists and lists what it could not draw in `missing`
