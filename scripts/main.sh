@@ -3,8 +3,9 @@
 #   1. paper-scale sampling statistics (`repro simulate`)                      -> results/simulate/
 #   2. the tiny-arith model and its filtered "standard" and "hard" prompt sets -> $REPRO_HOME (first run only)
 #   3. the grid: all seven methods x seeds 0-2 on the standard set (`sweeps/tiny.yaml`), and GRPO-n4,
-#      Seq-pos, Seq-balance x seeds 0-2 on the hard set (`sweeps/tiny-hard.yaml`) -> runs/
-#   4. Ave@32 on the four tiny-arith tiers for the base model and every run    -> runs/*/eval/
+#      Seq-pos, Seq-balance x seeds 0-2 on the hard set (`sweeps/tiny-hard.yaml`), each cell evaluated by
+#      the sweep's evaluation stage right after it trained: Ave@32 on the four tiny-arith tiers -> runs/
+#   4. Ave@32 of the base model                                                -> runs/tiny-arith/eval/
 #   5. collect, the paper's tables beside the measured numbers, the figures,
 #      and results/REPORT.md (one verdict per comparison the paper makes)     -> results/, paper_tables/generated/
 # Every step is resumable: run it again after an interruption and only what is missing is done.
@@ -24,13 +25,16 @@ step "2/5 the filtered standard and hard prompt sets (builds the tiny model on f
 $repro data filter --base-samples 16
 $repro data filter --base-samples 16 --pass-rate 0.125  # reuses the standard set's pass counts
 
-step "3/5 the grid: sweeps/tiny.yaml and sweeps/tiny-hard.yaml, two cells at a time"
-$repro sweep run sweeps/tiny.yaml --runs-root "$runs" --max-parallel 2
-$repro sweep run sweeps/tiny-hard.yaml --runs-root "$runs" --max-parallel 2
+# Each cell trains, then its evaluation stage (the sweep files' `eval:`) scores it, two cells at a time with one
+# torch thread each. The sweep files ask for every kept checkpoint, as the paper's protocol does; on 2 cores
+# the main job evaluates the final one (10 kept checkpoints a run would be 10x the evaluation time):
+# `repro sweep eval sweeps/tiny.yaml --eval-checkpoints all` adds the rest, and `repro plot eval-curve` draws them.
+step "3/5 the grid and its evaluation: sweeps/tiny.yaml and sweeps/tiny-hard.yaml, two cells at a time"
+$repro sweep run sweeps/tiny.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints final
+$repro sweep run sweeps/tiny-hard.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints final
 
-step "4/5 Ave@32 for the base model and every run, two at a time (one torch thread each)"
+step "4/5 Ave@32 of the base model"
 $repro eval tiny-arith --runs-root "$runs"
-printf '%s\0' "$runs"/tiny-arith__*__s[0-9]* | OMP_NUM_THREADS=1 xargs -0 -n 1 -P 2 $repro eval
 
 step "5/5 results, tables and figures"
 $repro collect --runs-root "$runs" --results results

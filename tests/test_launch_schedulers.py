@@ -9,6 +9,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -28,12 +29,21 @@ ROOT = Path(__file__).resolve().parents[1]
 SHORT = CpuOptions(steps=2, batch=8)
 
 
-def _sweep(tmp_path: Path, methods: list[str], name: str = "mini"):
+EVAL = "eval: {benchmarks: tiny-aime, k: 2, checkpoints: final}\n"  # the evaluation stage, small: 46 x 2
+
+
+def _sweep(tmp_path: Path, methods: list[str], name: str = "mini", extra: str = ""):
     path = tmp_path / f"{name}.yaml"
     path.write_text(
         f"name: {name}\nbackbones: [tiny-arith]\nmethods: [{', '.join(methods)}]\nprompt_sets: [standard]\n"
+        + extra
     )
     return load_sweep(path), path
+
+
+def _eval_records(run: Path, step: int = 2) -> list[dict]:
+    path = run / "eval" / f"global_step_{step}" / "tiny-aime.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def _steps(run: Path) -> list[int]:
@@ -80,6 +90,39 @@ def test_slurm_runs_a_cell_through_its_sbatch_script(slurm_env, tmp_path) -> Non
     # the same sweep again: nothing to do, no new job
     again = submit_sweep(sweep, scheduler, runs, options=SHORT)
     assert [c.action for c in again.cells] == ["skipped"] and len(job_records(run)) == 1
+
+
+def test_slurm_sweep_with_evaluation_submits_eval_jobs_after_training(slurm_env, tmp_path, capsys) -> None:
+    """Two cells, two training jobs and two evaluation jobs `--dependency=afterok:<training job>`; the records
+    appear once training has finished, and the same sweep again submits nothing."""
+    sweep, sweep_file = _sweep(tmp_path, ["grpo-n4", "seq-pos"], extra=EVAL)
+    runs = tmp_path / "runs"
+    scheduler = SlurmScheduler(options=SlurmOptions(cpus_per_task=1), project_dir=ROOT)
+    report = submit_sweep(sweep, scheduler, runs, options=SHORT)
+    assert [c.action for c in report.cells] == ["submitted", "submitted"], report.cells
+    assert all(c.eval_action == f"submitted after job {c.job_id}" for c in report.cells), report.cells
+    queue = subprocess.run(["squeue", "-h", "-o", "%i %E"], capture_output=True, text=True, check=True).stdout
+    for c in report.cells:  # squeue shows each evaluation job waiting on its cell's training job
+        assert f"{c.eval_job_id} afterok:{c.job_id}" in queue, queue
+    done = submit_sweep(sweep, scheduler, runs, options=SHORT, wait=True, poll=0.5, timeout=400)
+    assert [(c.state, c.eval_state) for c in done.cells] == [("finished", "done")] * 2, done.cells
+    for c in report.cells:
+        run = runs / c.name
+        (job,) = [json.loads(x) for x in (run / "eval-jobs.jsonl").read_text().splitlines()]
+        assert job["after"] == c.job_id and job["job_id"] == c.eval_job_id
+        records = _eval_records(run)
+        assert len(records) == 46 * 2 and {r["sample_index"] for r in records} == {0, 1}
+        trained = RunDir(run).status()["attempts"][-1]["ended"]
+        summary = run / "eval" / "global_step_2" / "summary.json"
+        assert datetime.fromtimestamp(summary.stat().st_mtime, UTC).isoformat() >= trained
+        assert "afterok" in (run / "slurm" / "eval.sbatch").read_text() and "--checkpoints final" in (
+            run / "slurm" / "eval.sbatch"
+        ).read_text().replace(" \\\n    ", " ")
+    again = submit_sweep(sweep, scheduler, runs, options=SHORT)
+    assert [(c.action, c.eval_state, c.eval_action) for c in again.cells] == [("skipped", "done", "")] * 2
+    capsys.readouterr()
+    assert main(["status", "--sweep", str(sweep_file), "--runs-root", str(runs)]) == 0
+    assert "evaluation: 2 done" in capsys.readouterr().out
 
 
 def test_concurrent_slurm_sweeps_submit_each_cell_once_and_cancel_stops_them(slurm_env, tmp_path, capsys) -> None:
@@ -134,11 +177,12 @@ def ray_address():
 
 def test_ray_jobs_api_runs_two_cells(ray_address, tiny_env, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(ROOT)
-    sweep, _ = _sweep(tmp_path, ["grpo-n4", "seq-pos"])
+    sweep, _ = _sweep(tmp_path, ["grpo-n4", "seq-pos"], extra=EVAL)
     runs = tmp_path / "runs"
     scheduler = RayScheduler(address=ray_address, project_dir=ROOT, python=sys.executable)
     report = submit_sweep(sweep, scheduler, runs, options=SHORT, wait=True, poll=1, timeout=420)
     assert [c.state for c in report.cells] == ["finished", "finished"], report.cells
+    assert [c.eval_state for c in report.cells] == ["done", "done"], report.cells
     from ray.job_submission import JobSubmissionClient
 
     client = JobSubmissionClient(ray_address)
@@ -158,12 +202,17 @@ def test_ray_jobs_api_runs_two_cells(ray_address, tiny_env, tmp_path, monkeypatc
         assert _steps(run) == [1, 2]
         assert (run / "checkpoints" / "global_step_2").is_dir()
         assert RunDir(run).read_metrics().corrupt == 0
+        # the training job submitted the evaluation as its last act (its entrypoint's `&& ... ray-submit`)
+        assert "repro.launch.eval_stage ray-submit" in record["entrypoint"]
+        (eval_job,) = [json.loads(x) for x in (run / "eval-jobs.jsonl").read_text().splitlines()]
+        assert eval_job["launcher"] == "ray" and client.get_job_status(eval_job["job_id"]).value == "SUCCEEDED"
+        assert len(_eval_records(run)) == 46 * 2
 
 
 def test_a_job_that_dies_before_training_is_failed_with_its_last_line_and_retry_resubmits(
     slurm_env, tmp_path, capsys
 ) -> None:
-    sweep, sweep_file = _sweep(tmp_path, ["grpo-n4"])
+    sweep, sweep_file = _sweep(tmp_path, ["grpo-n4"], extra=EVAL)
     runs = tmp_path / "runs"
     broken = tmp_path / "bin"
     broken.mkdir()
@@ -180,9 +229,13 @@ def test_a_job_that_dies_before_training_is_failed_with_its_last_line_and_retry_
         f"slurm job {cell.job_id} ended FAILED" in cell.reason and "ImportError: no module named repro" in cell.reason
     )
     assert RunDir(run).status()["attempts"] == []  # training never began
+    assert cell.eval_state == "not started", cell  # its afterok evaluation job never ran: Slurm removed it
+    (eval_job,) = [json.loads(x) for x in (run / "eval-jobs.jsonl").read_text().splitlines()]
+    assert SlurmScheduler().state(eval_job).state == "cancelled" and not (run / "eval").exists()
     capsys.readouterr()
     assert main(["status", "--sweep", str(sweep_file), "--runs-root", str(runs)]) == 0
-    assert "ImportError" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ImportError" in out and "not started" in out and "evaluation: 1 not started" in out, out
     # retry-failed with a working interpreter: the same run folder, a second job, now finished
     code = main(["sweep", "retry-failed", str(sweep_file), "--launcher", "slurm", "--runs-root", str(runs),
                  "--steps", "2", "--batch", "8", "--wait", "--poll", "0.5"])  # fmt: skip
@@ -190,3 +243,7 @@ def test_a_job_that_dies_before_training_is_failed_with_its_last_line_and_retry_
     records = job_records(run)
     assert len(records) == 2 and records[0]["job_id"] != records[1]["job_id"]
     assert RunDir(run).state == "finished" and _steps(run) == [1, 2]
+    # and a new evaluation job behind the new training job, which ran
+    eval_jobs = [json.loads(x) for x in (run / "eval-jobs.jsonl").read_text().splitlines()]
+    assert len(eval_jobs) == 2 and eval_jobs[1]["after"] == records[1]["job_id"]
+    assert len(_eval_records(run)) == 46 * 2

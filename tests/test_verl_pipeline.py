@@ -69,12 +69,18 @@ def test_sweep_then_eval_every_kept_checkpoint_collect_table_and_plot(verl_sweep
             if int(folder.name.removeprefix("global_step_")) not in KEPT:
                 assert not (folder / "actor").exists(), folder
 
-    # --- repro eval RUN --all-checkpoints: one summary per kept checkpoint, nothing for the dropped one
+    # --- the sweep's evaluation stage (`eval:` checkpoints all): `repro eval RUN --checkpoints all` right after
+    # each cell trained, one summary per kept checkpoint, nothing for the dropped one
+    assert "evaluations: 2 finished" in verl_sweep.stdout, verl_sweep.stdout
     for run in runs.values():
-        proc = _cli(env, "eval", str(run), "--all-checkpoints", "--k", str(K), "--benchmarks", ",".join(BENCHMARKS))
+        out = (verl_sweep.root / ".launch" / f"{run.name}.eval.out").read_text()
         for step in KEPT:
-            assert f"step {step}: Ave@{K}" in proc.stdout, proc.stdout
-        assert sorted(p.name for p in (run / "eval").iterdir()) == [f"global_step_{s}" for s in KEPT]
+            assert f"step {step}: Ave@{K}" in out, out
+        jobs = [json.loads(x) for x in (run / "eval-jobs.jsonl").read_text().splitlines()]
+        assert [j["exit_code"] for j in jobs] == [None, 0] and "--checkpoints" in jobs[-1]["argv"]
+        assert sorted(p.name for p in (run / "eval").iterdir() if not p.name.startswith(".")) == [
+            f"global_step_{s}" for s in KEPT
+        ]
         for step in KEPT:
             folder = run / "eval" / f"global_step_{step}"
             summary = json.loads((folder / "summary.json").read_text())
@@ -90,6 +96,14 @@ def test_sweep_then_eval_every_kept_checkpoint_collect_table_and_plot(verl_sweep
                 records = [json.loads(x) for x in (folder / f"{name}.jsonl").read_text().splitlines() if x.strip()]
                 assert len(records) == problems * K
                 assert {r["sample_index"] for r in records} == set(range(K))
+
+    # --- again: the records are complete, so `repro sweep eval` evaluates nothing; status shows them done
+    again = _cli(env, "sweep", "eval", str(verl_sweep.file), "--runs-root", str(verl_sweep.root))
+    assert "evaluations: 2 done" in again.stdout, again.stdout
+    for run in runs.values():
+        assert len((run / "eval-jobs.jsonl").read_text().splitlines()) == 2
+    status = _cli(env, "status", "--sweep", str(verl_sweep.file), "--runs-root", str(verl_sweep.root))
+    assert "evaluation: 2 done" in status.stdout and status.stdout.count("done ") >= 2, status.stdout
 
     # --- repro collect: one runs row per cell, every step once, (2 benchmarks + weighted) x 2 checkpoints per run
     results = tmp_path / "results"

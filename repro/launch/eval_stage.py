@@ -183,10 +183,12 @@ def eval_state(run_dir: Path, spec: EvalSpec | None, train_state: str, *, ask_sc
         if js.state == "queued" and "Dependency" in js.detail:
             return EvalState("waiting", f"{where} waits for training job {job.get('after')}", job=job)
         return EvalState(js.state, f"{where} {js.detail}".strip(), job=job)
-    if train_state in ("failed", "cancelled") or "DependencyNeverSatisfied" in js.detail:
-        return EvalState("not started", f"training {train_state}; {where} never ran", job=job)
-    if train_state != "finished":
+    if train_state in ("pending", "queued", "running", "interrupted"):  # trained again after this job
         return EvalState("pending", f"waits for training ({train_state})", job=job)
+    if train_state != "finished":
+        return EvalState("not started", f"training {train_state}; {where} never ran", job=job)
+    if "DependencyNeverSatisfied" in js.detail:  # removed with an earlier training job that failed
+        return EvalState("pending", f"trained; {where} was removed with a failed training job", job=job)
     tail = _log_tail(job)
     detail = js.detail or js.state
     why = f"{where} ended {detail}" + (f": {tail}" if tail else "") + (f"; log {log}" if log else "")

@@ -90,7 +90,7 @@ def _eval_stage(plan: CellPlan, scheduler: Scheduler, sweep: Sweep, report: Cell
     report.eval_state = es.state
     if es.job:
         report.eval_job_id = str(es.job.get("job_id"))
-    if es.state == "done" or es.active or es.state == "not started":
+    if es.state in ("done", "not started") or es.active:
         return
     after = None
     if train.state in ("queued", "running") and scheduler.name == "slurm" and train.job:
