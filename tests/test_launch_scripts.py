@@ -47,9 +47,19 @@ def test_dry_run_writes_every_paper_cell_and_each_trainer_command_is_the_builder
     monkeypatch.setenv("REPRO_HOME", str(home))
     runs = _write_grid(tmp_path, ROOT / "sweeps" / "paper.yaml", "--account", "acct1", "--partition", "gpu")
     folder = runs / ".launch" / "dry-run"
-    scripts = sorted(folder.glob("*.sbatch"))
+    scripts = sorted(p for p in folder.glob("*.sbatch") if not p.name.endswith(".eval.sbatch"))
     sweep = load_sweep(ROOT / "sweeps" / "paper.yaml")
     assert len(scripts) == len(sweep.cells()) == 28
+    evals = sorted(folder.glob("*.eval.sbatch"))  # the evaluation stage: one job per cell, one node of 8 GPUs
+    assert len(evals) == 28
+    for path in evals:
+        text = path.read_text()
+        assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0, text[:500]
+        opts = _sbatch(text)
+        assert opts["gpus-per-node"] == "8" and opts["account"] == "acct1" and opts["time"] == "12:00:00"
+        words = " ".join(text.split("\\\n    ")).split()
+        assert "eval" in words and words[words.index("--k") + 1] == "32"
+        assert words[words.index("--checkpoints") + 1] == "all"
     assert not any(p.is_dir() and not p.name.startswith(".") for p in runs.iterdir())  # nothing prepared
     for cell in sweep.cells():
         name = f"{cell.backbone}__{cell.method}__{cell.prompt_set}__s{cell.seed}"

@@ -269,13 +269,36 @@ def _dry_run(args: _Launch, sweep, options) -> None:
         scheduler = _scheduler(args, sweep)
         folder = root / LAUNCH_DIR / "dry-run"
         folder.mkdir(parents=True, exist_ok=True)
+        written = 0
         for plan in plans:
             text = render_script(plan, scheduler.options, sweep_name=sweep.name, project_dir=Path.cwd())
             write_text(folder / f"{plan.name}.sbatch", text)
-        console.print(f"wrote {len(plans)} sbatch scripts to {folder} (nothing submitted)")
+            written += 1
+            if sweep.eval is not None:
+                from repro.launch.eval_stage import render_eval_script
+                from repro.launch.submit import _eval_gpus
+
+                eval_text = render_eval_script(
+                    plan.run_dir,
+                    plan.name,
+                    sweep.eval,
+                    scheduler.options,
+                    gpus=_eval_gpus(plan, scheduler),
+                    sweep_name=sweep.name,
+                    project_dir=Path.cwd(),
+                )
+                write_text(folder / f"{plan.name}.eval.sbatch", eval_text)
+                written += 1
+        what = "training and evaluation" if sweep.eval is not None else "training"
+        console.print(f"wrote {written} sbatch scripts ({what}) to {folder} (nothing submitted)")
         return
+    from repro.launch.eval_stage import eval_argv
+
     for plan in plans:
         console.print(" ".join(shlex.quote(a) for a in plan.argv), soft_wrap=True, highlight=False)
+        if sweep.eval is not None:
+            then = " ".join(shlex.quote(a) for a in eval_argv(plan.run_dir, sweep.eval, plan.argv[0]))
+            console.print(f"  then: {then}", soft_wrap=True, highlight=False)
     console.print(f"# {len(plans)} cells; nothing launched")
 
 
