@@ -154,9 +154,10 @@ def run(
 
 
 def _train(config, path: Path, overwrite: bool, note: str | None, loggers: tuple[str, ...]) -> None:
+    from repro.launch.allocations import STOPPED_EXIT, clear_stale_request, discard_request, stop_reason
     from repro.launch.attempt import launcher_from_env
     from repro.local.model import TinyModelSpec
-    from repro.local.trainer import CpuTrainer
+    from repro.local.trainer import CpuTrainer, StopRequested
     from repro.tasks.tiny_arith import ensure_data
 
     err = stderr_console()
@@ -169,6 +170,7 @@ def _train(config, path: Path, overwrite: bool, note: str | None, loggers: tuple
     _build_tiny_model(Path(config.model["path"]), spec, err)
     launcher, job_id = launcher_from_env()
     metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id)
+    clear_stale_request(path, job_id)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     started = time.perf_counter()
     rewards: list[float] = []
@@ -195,6 +197,10 @@ def _train(config, path: Path, overwrite: bool, note: str | None, loggers: tuple
                 task, completed=trainer.rundir.latest_checkpoint()[0] if trainer.rundir.latest_checkpoint() else 0
             )
             last = trainer.fit(metrics_path)
+    except StopRequested as stop:  # the allocation is ending; the job script requeues on STOPPED_EXIT
+        rundir.end_attempt("interrupted", stop_reason(stop.step))
+        err.print(f"stopped after step {stop.step} (checkpointed) for the next allocation; it resumes from {path}")
+        raise typer.Exit(STOPPED_EXIT) from None
     except (KeyboardInterrupt, _Terminated):
         rundir.end_attempt("interrupted", "stopped by a signal")
         err.print(f"interrupted; run the same command again to resume from {path}")
@@ -204,6 +210,7 @@ def _train(config, path: Path, overwrite: bool, note: str | None, loggers: tuple
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+    discard_request(path)  # one that came during the last step: there is nothing left to stop
     rundir.end_attempt("finished")
     seconds = time.perf_counter() - started
     window = max(1, min(10, len(rewards) // 2))

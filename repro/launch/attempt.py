@@ -8,6 +8,11 @@ for the metrics file that only exists once the attempt is numbered::
 
 Which launcher started the attempt, and its job id, come from the environment (``REPRO_LAUNCHER``,
 ``REPRO_JOB_ID``), which every launcher sets, so status.json says where each attempt ran.
+
+When the job's allocation is ending, its script asks the trainer to stop (`repro.launch.allocations`);
+verl's trainer (`repro.verl_plugin.stop_trainer`) saves the step it is on, ends its loop and leaves a
+record that it did, and this process then ends the attempt as interrupted and exits with STOPPED_EXIT,
+on which the job script requeues the job.
 """
 
 from __future__ import annotations
@@ -20,6 +25,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from repro.errors import ReproError
+from repro.launch.allocations import (
+    STOPPED_EXIT,
+    clear_stale_request,
+    discard_request,
+    stop_reason,
+    stop_request,
+    take_honoured,
+)
 from repro.rundir import RunDir
 
 PLACEHOLDER = "attempt-NNN.jsonl"
@@ -41,6 +54,9 @@ def run_attempt(rundir: RunDir, argv: Sequence[str]) -> int:
     """
     launcher, job_id = launcher_from_env()
     metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id)
+    clear_stale_request(rundir.path, job_id)
+    take_honoured(rundir.path)  # a record no attempt collected (that attempt was killed) says nothing of this one
+    latest = rundir.latest_checkpoint()  # what verl's resume_mode=auto loads: the tracker file's step
     final = [part.replace(PLACEHOLDER, metrics_path.name) for part in argv]
     stopped: list[int] = []
     proc: subprocess.Popen | None = None
@@ -52,7 +68,7 @@ def run_attempt(rundir: RunDir, argv: Sequence[str]) -> int:
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        rundir.set_attempt(command=final)
+        rundir.set_attempt(command=final, resumed_from_step=latest[0] if latest else None)
         proc = subprocess.Popen(final)
         code = proc.wait()
     except BaseException as exc:
@@ -61,13 +77,30 @@ def run_attempt(rundir: RunDir, argv: Sequence[str]) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+    honoured = take_honoured(rundir.path)
+    pending = stop_request(rundir.path)  # asked for, but the trainer ended before a step boundary
+    discard_request(rundir.path)
+    if honoured is not None:  # the step is saved whatever the trainer's teardown did after it
+        after = f" (the trainer then exited with {code})" if code else ""
+        rundir.end_attempt("interrupted", stop_reason(int(honoured.get("step", 0))) + after)
+        return STOPPED_EXIT
     if stopped:
-        rundir.end_attempt("interrupted", f"stopped by signal {stopped[0]}")
+        rundir.end_attempt("interrupted", f"stopped by signal {stopped[0]}" + _lost(rundir, pending))
     elif code == 0:
         rundir.end_attempt("finished")
     else:
-        rundir.end_attempt("failed", f"{Path(final[0]).name} {' '.join(final[1:3])} exited with {code}")
+        why = f"{Path(final[0]).name} {' '.join(final[1:3])} exited with {code}"
+        rundir.end_attempt("failed", why + _lost(rundir, pending))
     return code
+
+
+def _lost(rundir: RunDir, pending: dict | None) -> str:
+    """What an attempt that was asked to stop, and did not get to a step boundary first, loses."""
+    if pending is None:
+        return ""
+    latest = rundir.latest_checkpoint()
+    where = f"the checkpoint at step {latest[0]}" if latest else "the start"
+    return f" after the allocation's end warning, before a step boundary: the steps since {where} are lost"
 
 
 def main(args: Sequence[str] | None = None) -> int:

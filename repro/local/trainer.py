@@ -13,6 +13,10 @@ Every `eval_every` steps (and at the first and last) the updated model is scored
 slice of the test tiers (`repro.local.heldout`): `heldout/accuracy`, its responses `heldout/n`, and
 `timing_s/heldout`, which `timing_s/step` leaves out, so step times still compare with the paper's. It
 samples from its own generator, so it cannot change what training draws.
+
+A job whose allocation is ending asks the trainer to stop (RUN/.stop-request.json, written by the Slurm
+script's USR1 trap; `repro.launch.allocations`): `fit` looks for it after each step and, since every step
+is already checkpointed, stops there with nothing lost by raising `StopRequested`.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from repro.launch.allocations import discard_request, stop_request
 from repro.launch.attempt import THREADS_ENV
 from repro.local.config import RunConfig
 from repro.local.generate import make_batch, response_logprobs, sample
@@ -40,6 +45,14 @@ from repro.loggers import ALWAYS, TENSORBOARD_ENV, TENSORBOARD_FOLDER, tracking_
 from repro.reward import compute_score
 from repro.rundir import MetricsWriter, RunDir
 from repro.sampling import BetaBernoulliEstimator, SamplerSpec, StepSampler, make_estimator
+
+
+class StopRequested(Exception):
+    """`fit` stopped after `step` (checkpointed) because the run's allocation is ending."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"stopped on request after step {step}")
+        self.step = step
 
 
 class EpochLoader:
@@ -314,12 +327,14 @@ class CpuTrainer:
 
     # ---- the run -------------------------------------------------------------------------------
     def fit(self, metrics_path: Path) -> int:
-        """Train to the configured number of steps from wherever the checkpoints say; returns last step."""
+        """Train to the configured number of steps from wherever the checkpoints say; returns last step.
+        Raises `StopRequested` after a step when the run folder holds a stop request."""
         record = self.restore()
         resumed_from = self.step
         self.rundir.set_attempt(resumed_from_step=resumed_from or None, loggers=list(self.loggers))
         tracking = open_tracking(self.config, self.rundir, self.loggers)
         exit_code = 1
+        stopped: int | None = None
         try:
             with MetricsWriter(metrics_path) as writer:
                 if record is not None and record["step"] not in self.rundir.logged_steps():
@@ -341,8 +356,16 @@ class CpuTrainer:
                     self.step = step
                     if self.on_step:
                         self.on_step(step, metrics)
+                    if step < last and stop_request(self.rundir.path) is not None:
+                        # the allocation is ending: this step's checkpoint is saved above (every step is a
+                        # save step here), so stopping now loses nothing
+                        discard_request(self.rundir.path)
+                        stopped = step
+                        break
             exit_code = 0
         finally:
             if tracking is not None:
                 tracking.finish(exit_code=exit_code)
+        if stopped is not None:
+            raise StopRequested(stopped)
         return self.step

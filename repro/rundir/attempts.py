@@ -1,7 +1,10 @@
 """Attempts: every process that trains a run begins one, records what it did, and ends it.
 
 An attempt is one entry of status.json's "attempts" and one metrics file; beginning one takes the lock
-and repairs what the previous (maybe killed) attempt left, so a resume never inherits a torn line.
+and repairs what the previous (maybe killed) attempt left, so a resume never inherits a torn line. Each
+record says which checkpoint the attempt resumed from ("resumed_from_step", set by the trainer) and, once it
+ends, the last step it logged ("last_logged_step"): the steps between the two are what a later resume
+trains again (`repro.launch.allocations`).
 """
 
 from __future__ import annotations
@@ -12,8 +15,43 @@ from pathlib import Path
 from typing import Any
 
 from repro.rundir.lock import RunLock
-from repro.rundir.metrics import RunMetrics, attempt_number, repair_tail
+from repro.rundir.metrics import RunMetrics, _parse_record, attempt_number, repair_tail
 from repro.rundir.status import END_STATES, RunStatus, now
+
+_EDGE_BYTES = 1 << 16  # a verl metrics line is a few kB; read this much at a time from either end
+
+
+def _edge_step(file: Path, from_end: bool) -> int | None:
+    """The step of the first (or last) whole record of a metrics file, reading only its head (or tail),
+    so that asking after every attempt of every cell stays cheap on 600-step runs. None: no record."""
+    try:
+        with open(file, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            span = _EDGE_BYTES
+            while True:
+                handle.seek(max(0, size - span) if from_end else 0)
+                chunk = handle.read(span)
+                lines = chunk.split(b"\n")
+                everything = len(chunk) == size
+                if not everything:  # the cut end of the chunk holds part of a line
+                    lines = lines[1:] if from_end else lines[:-1]
+                for line in reversed(lines) if from_end else lines:
+                    record = _parse_record(line)  # None for a blank or torn line
+                    if record is not None:
+                        return record[0]
+                if everything:
+                    return None
+                span *= 4
+    except OSError:
+        return None
+
+
+def first_logged_step(file: Path) -> int | None:
+    return _edge_step(file, from_end=False)
+
+
+def last_logged_step(file: Path) -> int | None:
+    return _edge_step(file, from_end=True)
 
 
 class RunAttempts(RunStatus, RunLock, RunMetrics):
@@ -81,7 +119,8 @@ class RunAttempts(RunStatus, RunLock, RunMetrics):
             raise ValueError(f"end state must be one of {END_STATES}, got {state!r}")
         status = self.status()
         attempt = self._current(status)
-        attempt.update(state=state, ended=now(), error=error)
+        last = last_logged_step(self.metrics_dir / f"attempt-{int(attempt['n']):03d}.jsonl")
+        attempt.update(state=state, ended=now(), error=error, last_logged_step=last)
         status["state"] = state
         self._write_status(status)
         self._release()

@@ -28,6 +28,9 @@ from repro.rundir import cell_name
 ADV_ESTIMATOR = "reinforce_ada"
 MANAGER_CLASS = "repro.verl_plugin.rollout.ReinforceAdaAgentLoopManager"
 CHECKPOINT_CALLBACK = "repro.verl_plugin.checkpoint.AdaStateCheckpoint"
+# verl's sync trainer that stops at a step boundary when the allocation is ending (repro.verl_plugin.stop_trainer,
+# registered under this name by the plugin module every Ray process imports)
+TRAINER_MODE = "repro_sync"
 PLUGIN_MODULE = "repro.verl_plugin.register"
 ENV_VARS_KEY = "ray_init.runtime_env.env_vars."
 CPU_MODULE = "repro.verl_plugin.cpu"  # loaded only for CPU cells
@@ -284,6 +287,7 @@ def build_overrides(cell: VerlCell) -> list[str]:
         # absolute: a cluster job (and verl's Ray workers) may start in another directory
         "trainer.default_local_dir": os.path.abspath(Path(cell.run_dir) / "checkpoints"),
         "trainer.resume_mode": "auto",
+        "trainer.v1.trainer_mode": TRAINER_MODE,
         "trainer.checkpoint_callback_class": CHECKPOINT_CALLBACK,
         # every Ray process imports the plugin (estimator registration) before verl runs
         "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,

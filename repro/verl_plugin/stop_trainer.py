@@ -1,0 +1,78 @@
+"""verl's sync trainer, stopping cleanly at a step boundary when the run's allocation is ending.
+
+A Slurm job near its time limit asks the trainer to stop (RUN/.stop-request.json, `repro.launch.allocations`).
+Without this, verl trains on until Slurm kills it, and the steps since the last `save_freq` checkpoint are
+lost. `StopAtBoundaryTrainer` is verl 0.9.1's `PPOTrainerSync` registered as ``repro_sync`` through verl's
+own trainer registry (`register_trainer`; `trainer.v1.trainer_mode=repro_sync`, set by the config builder),
+with one change, in `on_step_end`: when a request is there, it saves the step just trained (unless the loop
+saved it already) and ends the loop after that step, and `on_train_end` then leaves the record that
+`repro.launch.attempt` turns into "checkpoint at step N, 0 steps lost" and exit code 75.
+
+Why this is consistent with verl's resume: `fit` saves at the same point of its loop (after `step()`,
+right before `on_step_end`), so the checkpoint written here holds what a `save_freq` save of that step
+would (actor, data loader, plugin state through the checkpoint callback), and resume_mode=auto starts the
+next attempt at the step after it. Ending the loop needs no fork of `fit`: its condition is
+`global_steps <= total_training_steps`, evaluated after the step has been validated, measured and logged,
+so lowering `total_training_steps` to this step ends it there (`is_last_step` was computed at the top of
+the iteration and stays False, so no final validation or "last step" save runs).
+
+The registry picks the class by name; from then on the trainer runs as ``sync``: verl branches on
+``trainer_mode == "sync"`` (replay buffer, TransferQueue save/restore, refill), so `__init__` puts that
+name back in the config before verl reads it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.debug import marked_timer
+
+from repro.launch.allocations import honour, stop_request
+
+logger = logging.getLogger(__name__)
+
+TRAINER_MODE = "repro_sync"  # trainer.v1.trainer_mode: the name this class is registered under
+VERL_MODE = "sync"  # the mode it runs as
+
+
+@register_trainer(TRAINER_MODE)
+class StopAtBoundaryTrainer(PPOTrainerSync):
+    """`PPOTrainerSync` that honours RUN/.stop-request.json at the end of a step (see the module doc)."""
+
+    def __init__(self, config) -> None:
+        config.trainer.v1.trainer_mode = VERL_MODE
+        super().__init__(config)
+        # the run folder: checkpoints/ lives in it (the config builder's trainer.default_local_dir)
+        self.run_dir = Path(config.trainer.default_local_dir).parent
+        self.stopped_at: tuple[int, bool] | None = None  # (step, saved here rather than by the loop)
+
+    def _saved_by_loop(self) -> bool:
+        """Whether `fit` saved this step already (its save_freq rule, less the last step, never stopped at)."""
+        freq = self.config.trainer.save_freq
+        return freq > 0 and self.global_steps % freq == 0
+
+    def on_step_end(self) -> None:
+        if self.stopped_at is None and self.global_steps < self.total_training_steps:
+            request = stop_request(self.run_dir)
+            if request is not None:
+                saved_now = not self._saved_by_loop()
+                if saved_now:
+                    with marked_timer("save_checkpoint", self.timing_raw, color="green"):
+                        self._save_checkpoint()
+                self.stopped_at = (self.global_steps, saved_now)
+                self.total_training_steps = self.global_steps  # fit logs this step, then its loop ends
+                logger.warning(
+                    "stop requested (%s): checkpoint at step %d; training ends after this step",
+                    request.get("reason", "allocation ending"),
+                    self.global_steps,
+                )
+        super().on_step_end()
+
+    def on_train_end(self) -> None:
+        super().on_train_end()
+        if self.stopped_at is not None:  # the step is saved and logged: tell the attempt it may stop
+            step, saved_now = self.stopped_at
+            honour(self.run_dir, step, saved_now)
