@@ -103,6 +103,14 @@ class Backbone:
         return self.settings["gated"].value
 
     @property
+    def eval_tensor_parallel_size(self) -> int:
+        """GPUs per vLLM replica in `repro eval` (1 when unlisted): `--shards auto` runs visible GPUs // this
+        many replicas, each on its own group of GPUs, since data parallel beats tensor parallel for a model
+        that fits one GPU."""
+        setting = self.settings.get("eval_tensor_parallel_size")
+        return 1 if setting is None else int(setting.value)
+
+    @property
     def prompt_set(self) -> str:
         return self.settings["prompt_set"].value
 
@@ -483,8 +491,17 @@ def _parse_backbones(
             entry,
             where,
             required=_BACKBONE_FIELDS,
-            allowed=(*_BACKBONE_FIELDS, "param_count", "released_prompt_sets", "train_prompts_from"),
+            allowed=(
+                *_BACKBONE_FIELDS,
+                "param_count",
+                "released_prompt_sets",
+                "train_prompts_from",
+                "eval_tensor_parallel_size",
+            ),
         )
+        tp = settings["eval_tensor_parallel_size"].value if "eval_tensor_parallel_size" in settings else 1
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise CatalogError(f"{where}.eval_tensor_parallel_size: must be a positive integer, got {tp!r}")
         if settings["device"].value not in ("gpu", "cpu"):
             raise CatalogError(f"{where}.device: must be gpu or cpu, got {settings['device'].value!r}")
         for name, valid in (("prompt_set", prompt_set_keys), ("paper_prompt_sets", prompt_set_keys)):

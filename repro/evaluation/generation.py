@@ -317,10 +317,15 @@ def make_generator(
     max_new_tokens: int,
     template: catalog.PromptTemplate | None = None,
     problems: Sequence[str] = (),
+    tensor_parallel_size: int = 1,
 ) -> Generator:
-    """A backend's generator; `problems` (all that will be asked) size vLLM's context."""
+    """A backend's generator; `problems` (all that will be asked) size vLLM's context, and
+    `tensor_parallel_size` (the backbone's catalog `eval_tensor_parallel_size`) is how many GPUs one vLLM
+    replica spans; the CPU backend has no tensor parallelism and ignores it."""
     if backend == "transformers":
         return TransformersGenerator(model_path, max_new_tokens, template=template)
     if backend == "vllm":
-        return VLLMGenerator(model_path, max_new_tokens, template=template, problems=problems)
+        return VLLMGenerator(
+            model_path, max_new_tokens, template=template, problems=problems, tensor_parallel_size=tensor_parallel_size
+        )
     raise ReproError(f"unknown backend {backend!r}; valid backends: transformers, vllm")

@@ -34,6 +34,14 @@ class EvalTarget:
     tiny: bool
     backbone: str | None = None  # when known (runs, catalog names): picks the backbone's prompt template
     marker: dict | None = None  # for a catalog name: what MODEL_EVAL_MARKER records, written beside out_dir
+    step: int | None = None  # a run's checkpoint step (a sharded eval's children are told exactly this one)
+    root: Path | None = None  # the eval root its lock guards (RUN/eval for a run's checkpoints), else out_dir
+
+    @property
+    def lock_root(self) -> Path:
+        """Where `repro eval`'s lock lives: one per run (every checkpoint's records sit under RUN/eval), one
+        per model or catalog name otherwise."""
+        return self.root if self.root is not None else self.out_dir
 
 
 def _kept(folder: Path) -> bool:
@@ -143,19 +151,59 @@ def _named(name: str, runs_root: Path, out: Path | None, model_path: Path | None
     return EvalTarget(weights, out_dir, key, tiny, backbone, None if out is not None else marker)
 
 
+CHECKPOINT_CHOICES = ("final", "all")
+
+
+def parse_checkpoints(spec: str | None, all_checkpoints: bool = False) -> str | list[int]:
+    """`--checkpoints` as "final", "all" or a sorted list of steps; `--all-checkpoints` is the alias of
+    "all" and cannot be combined with another choice."""
+    if spec is None:
+        return "all" if all_checkpoints else "final"
+    spec = spec.strip()
+    if all_checkpoints and spec != "all":
+        raise ReproError(f"--all-checkpoints means --checkpoints all; drop one of it and --checkpoints {spec}")
+    if spec in CHECKPOINT_CHOICES:
+        return spec
+    try:
+        steps = sorted({int(x) for x in spec.split(",") if x.strip()})
+    except ValueError:
+        steps = []
+    if not steps or any(s < 0 for s in steps):
+        raise ReproError(f"--checkpoints takes final, all or comma-separated steps (e.g. 100,200), got {spec!r}")
+    return steps
+
+
+def _chosen_steps(path: Path, kept: list[int], choice: str | list[int]) -> list[int]:
+    if choice == "final":
+        return [kept[-1]]
+    if choice == "all":
+        return kept
+    absent = [s for s in choice if s not in kept]
+    if absent:
+        raise ReproError(
+            f"{path} has no kept checkpoint at step {', '.join(map(str, absent))}; "
+            f"kept steps: {', '.join(map(str, kept))}"
+        )
+    return list(choice)
+
+
 def targets(
     path: Path | str,
-    all_checkpoints: bool,
+    all_checkpoints: bool = False,
     out: Path | None = None,
     *,
     runs_root: Path = Path("runs"),
     model_path: Path | None = None,
+    checkpoints: str | None = None,
 ) -> list[EvalTarget]:
-    """A run folder (its final checkpoint, or every kept one), a model folder, or a catalog name.
+    """A run folder (its checkpoints chosen by `checkpoints`: final, all or a list of steps; see
+    `parse_checkpoints`), a model folder, or a catalog name.
 
     A name is a released checkpoint (catalog key or Hub id) or a base model (backbone key or Hub id); an
-    existing run or model folder of the same name wins, so today's paths mean what they meant.
+    existing run or model folder of the same name wins, so today's paths mean what they meant. A list of
+    steps names one run's checkpoints, so it is refused for any other target.
     """
+    choice = parse_checkpoints(checkpoints, all_checkpoints)
     path = Path(path)
     is_run, is_model = (path / "status.json").exists(), (path / "config.json").exists()
     if model_path is not None and (is_run or is_model):
@@ -177,7 +225,7 @@ def targets(
         )
         if not steps:
             raise ReproError(f"{path} has no checkpoints yet; train it first (`repro run ...`)")
-        chosen = steps if all_checkpoints else [steps[-1]]
+        chosen = _chosen_steps(path, steps, choice)
         out_root = out or path / "eval"
         found = []
         for step in chosen:
@@ -188,8 +236,14 @@ def targets(
                     "it is not a checkpoint repro eval can read: evaluate another step or the run's final one"
                 )
             _require_weights(model)
-            found.append(EvalTarget(model, out_root / f"global_step_{step}", f"step {step}", tiny, backbone))
+            out_dir = out_root / f"global_step_{step}"
+            found.append(EvalTarget(model, out_dir, f"step {step}", tiny, backbone, step=step, root=out_root))
         return found
+    if isinstance(choice, list):
+        raise ReproError(
+            f"--checkpoints {','.join(map(str, choice))} picks checkpoints of a run folder (status.json); "
+            f"{path} is not one: drop --checkpoints"
+        )
     if is_model:
         _require_weights(path)
         tiny = (path / "repro_build.json").exists()
@@ -225,6 +279,14 @@ def read_records(path: Path) -> tuple[list[dict], int]:
     return good, bad
 
 
+def complete_problems(records: Iterable[dict], k: int) -> set[str]:
+    """Ids of the problems that have records of all samples 0 .. k-1 (what a resumed evaluation skips)."""
+    by_problem: dict[str, set[int]] = {}
+    for r in records:
+        by_problem.setdefault(str(r["problem_id"]), set()).add(int(r["sample_index"]))
+    return {pid for pid, samples in by_problem.items() if samples >= set(range(k))}
+
+
 def evaluate_benchmark(
     problems: list[bench.Problem],
     k: int,
@@ -244,10 +306,7 @@ def evaluate_benchmark(
 
     check_mode(grading)
     records, _ = read_records(out_file)
-    by_problem: dict[str, set[int]] = {}
-    for r in records:
-        by_problem.setdefault(str(r["problem_id"]), set()).add(int(r["sample_index"]))
-    done = {pid for pid, samples in by_problem.items() if samples >= set(range(k))}
+    done = complete_problems(records, k)
     records = [r for r in records if str(r["problem_id"]) in done]  # partial problems are redone whole
     todo = [p for p in problems if p.problem_id not in done]
     if any(r.get("grading") != grading for r in records):
