@@ -41,6 +41,14 @@ MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 NodeName=localhost CPUs={cpus} RealMemory=20000 State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+# requeued jobs (tests/test_slurm_continuation.py): a requeued job may start again cred_expire + 1 s after
+# its requeue (default 120 s; 10 s here still leaves a loaded machine time to launch a job with its
+# credential), and the main scheduler looks at pending jobs every 3 s instead of 60 s
+AuthInfo=cred_expire=10
+SchedulerParameters=sched_interval=3
+# one record per allocation, so `sacct -c -j <job>` lists each allocation of a requeued job
+JobCompType=jobcomp/filetxt
+JobCompLoc={root}/jobcomp.txt
 """
 
 

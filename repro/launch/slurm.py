@@ -4,6 +4,11 @@ GPU cells run `python -m repro.launch.attempt RUN -- <the config builder's train
 more than one node first starts a Ray cluster across the allocation (head on the first node, one worker
 per other node, each `ray start --block` inside its own `srun` step), waits until every GPU has joined,
 and points verl at it through RAY_ADDRESS. CPU cells run `python -m repro.cli run ...`.
+
+A cell longer than the partition's time limit spans allocations by itself (`continuation_lines`): Slurm
+warns the script before --time runs out, the trainer stops at a step boundary with that step saved, and
+the script requeues the same job id (so an `afterok` dependency waits for the last allocation), at most
+`max_allocations` allocations in all.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from typing import Any
 
 from repro.atomic import write_text
 from repro.errors import ReproError
+from repro.launch.allocations import STOP_REQUEST, STOPPED_EXIT
 from repro.launch.jobs import JobState, now
 from repro.launch.plan import CellPlan
-from repro.launch.slurm_options import SlurmOptions
+from repro.launch.slurm_options import SlurmOptions, time_seconds
 from repro.paths import repro_home
 
 SCRIPT_NAME = "job.sbatch"
@@ -65,6 +71,86 @@ def ray_bootstrap(nnodes: int, gpus_per_node: int) -> list[str]:
     ]
 
 
+GPU_SIGNAL_MARGIN = 900  # a paper step (50-290 s) plus a 7B checkpoint save with optimizer states
+CPU_SIGNAL_MARGIN = 60  # a tiny-arith step and its save take about a second
+
+
+def signal_margin(plan: CellPlan, options: SlurmOptions) -> int:
+    """Seconds before --time at which Slurm warns the script: the option, else the cell kind's default
+    (kept under half the time limit, so a short test allocation still trains before it is warned)."""
+    if options.signal_margin is not None:
+        return options.signal_margin
+    default = GPU_SIGNAL_MARGIN if plan.gpu else CPU_SIGNAL_MARGIN
+    return max(1, min(default, time_seconds(options.time) // 2))
+
+
+def continuation_lines(run_dir: Path, max_allocations: int, margin: int) -> list[str]:
+    """Bash lines that make a job span allocations: the USR1 / TERM traps and the comment that explains them."""
+    return [
+        "# --- spanning allocations ---------------------------------------------------------------------",
+        f"# {margin} s before --time runs out Slurm sends USR1 to this script (--signal=B:USR1@{margin}; Slurm's",
+        "# timer ticks every 30 s, so it may come up to a minute early). The trap asks the trainer to stop: it",
+        "# writes the stop request, the trainer finishes the step in flight, saves it and exits with code 75, and",
+        "# this script requeues the job (same job id, so an afterok dependency waits for the last allocation);",
+        f"# the next allocation resumes from that checkpoint. At most {max_allocations} allocations in all; after the",
+        "# last one the run stays interrupted (`repro sweep retry-failed` submits it again).",
+        "# TERM with no USR1 before it is scancel, or preemption: Slurm sends TERM to every process of the job,",
+        "# the trainer stops at once (its last checkpoint stands) and this script does not requeue. A preempted",
+        "# job on a partition with PreemptMode=REQUEUE is requeued by Slurm itself (--requeue), and resumes.",
+        "# If the time limit comes before the step ends, Slurm ends the job TIMEOUT and nothing is requeued.",
+        f"stop_file={_q(run_dir / STOP_REQUEST)}",
+        f"margin={margin}",
+        f"max_allocations={max_allocations}",
+        "allocation=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))",
+        'warned=""  # set by USR1: this allocation is ending',
+        'terminated=""  # set by TERM: cancelled or preempted',
+        'rm -f "$stop_file"  # a request of an earlier allocation is stale',
+        "request_stop() {  # written whole, then renamed: the trainer sees all of the request or none",
+        "  warned=1 signalled=1",
+        '  cat > "$stop_file.tmp" <<JSON && mv -f "$stop_file.tmp" "$stop_file" || echo "repro: cannot write it"',
+        '{"reason": "allocation $allocation of slurm job $SLURM_JOB_ID ends in about $margin s", '
+        '"job_id": "$SLURM_JOB_ID", "allocation": $allocation, "requested": "$(date -u +%FT%T+00:00)"}',
+        "JSON",
+        '  echo "repro: USR1 at $(date -u +%T): asked the trainer to stop after its step"',
+        "}",
+        "on_term() {",
+        "  terminated=1 signalled=1",
+        '  echo "repro: TERM at $(date -u +%T): the job is ending (scancel, preemption, time limit or requeue)"',
+        "}",
+        "trap request_stop USR1",
+        "trap on_term TERM",
+        'echo "repro: allocation $allocation of at most $max_allocations (job $SLURM_JOB_ID on $(hostname))"',
+    ]
+
+
+def continuation_tail() -> list[str]:
+    """Bash lines after the cell's command (run with `&`): wait for it, then requeue or exit with its code."""
+    return [
+        "cell=$!",
+        "# `wait` returns early when a trapped signal arrives (the traps set `signalled`): then wait again. If",
+        "# the cell ended at that moment, that `wait` already returned its code and the next one finds no job.",
+        'code=""',
+        "while :; do",
+        '  signalled=""',
+        "  status=0",
+        '  wait "$cell" || status=$?',
+        '  if [[ -n "$code" ]] && (( status == 127 || status < 0 )); then break; fi',
+        "  code=$status",
+        '  [[ -n "$signalled" ]] || break  # the cell has exited with $code',
+        "done",
+        f'if [[ $code -eq {STOPPED_EXIT} && -n "$warned" && -z "$terminated" ]]; then',
+        "  # stopped after a saved step because this allocation is ending, and the run is not finished",
+        "  if (( allocation < max_allocations )); then",
+        '    echo "repro: requeueing job $SLURM_JOB_ID for allocation $(( allocation + 1 )) of $max_allocations"',
+        '    scontrol requeue "$SLURM_JOB_ID" || { echo "repro: scontrol requeue failed"; exit "$code"; }',
+        "    exit 0",
+        "  fi",
+        '  echo "repro: allocation $allocation was the last of $max_allocations; the run stays interrupted"',
+        "fi",
+        'exit "$code"',
+    ]
+
+
 def render_script(
     plan: CellPlan,
     options: SlurmOptions,
@@ -90,6 +176,9 @@ def render_script(
         "--ntasks-per-node=1",
         f"--cpus-per-task={cpus}",
         f"--time={options.time}",
+        f"--signal=B:USR1@{signal_margin(plan, options)}",  # B: to this script only, which asks the trainer
+        "--requeue",  # this job may run again, under the same id (scontrol requeue; preemption)
+        "--open-mode=append",  # every allocation appends to the same slurm-<job id>.out
     ]
     if gpus:
         sbatch.append(f"--gpus-per-node={gpus}")
@@ -116,9 +205,15 @@ def render_script(
     ]
     if not plan.gpu:
         lines.append('export REPRO_TORCH_THREADS="$SLURM_CPUS_PER_TASK"  # torch uses what the job was given')
+    lines += continuation_lines(plan.run_dir, options.max_allocations, signal_margin(plan, options))
     if nnodes > 1:
         lines += ray_bootstrap(nnodes, gpus)
-    lines += ["# the cell (an interrupted run resumes from its last checkpoint):", _command_line(argv), ""]
+    lines += [
+        "# the cell (an interrupted run resumes from its last checkpoint), in the background so the traps run:",
+        _command_line(argv) + " &",
+        *continuation_tail(),
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -1,0 +1,375 @@
+"""A cell longer than its Slurm time limit spans allocations by itself: the sbatch script's USR1 / TERM traps
+(run by bash against a fake trainer and a fake scontrol), the trainers' stop at a step boundary, the
+allocation count and the steps lost, and one tiny-arith cell on the real one-node Slurm of tests/clusters.py
+that is warned, stops, is requeued and finishes, equal to an uninterrupted run."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from clusters import slurm_cluster
+
+from repro.launch.allocations import (
+    STOP_HONOURED,
+    STOP_REQUEST,
+    STOPPED_EXIT,
+    allocations,
+    request_stop,
+    stop_request,
+)
+from repro.launch.attempt import run_attempt
+from repro.launch.jobs import job_records
+from repro.launch.plan import CellPlan, CpuOptions
+from repro.launch.slurm import SlurmOptions, SlurmScheduler, render_script
+from repro.launch.submit import submit_sweep
+from repro.rundir import RunDir, cell_name
+from repro.rundir.attempts import first_logged_step, last_logged_step
+from repro.sweep import load_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---- the sbatch script -------------------------------------------------------------------------------
+
+
+def _plan(run_dir: Path, argv: list[str], gpu: object | None = None) -> CellPlan:
+    return CellPlan(None, "cell", run_dir, {}, argv, gpu)  # type: ignore[arg-type]
+
+
+def _script(tmp_path: Path, plan: CellPlan, options: SlurmOptions) -> Path:
+    path = tmp_path / "job.sbatch"
+    path.write_text(
+        render_script(plan, options, sweep_name="s", project_dir=tmp_path, python_bin=Path(sys.executable).parent)
+    )
+    return path
+
+
+def test_the_script_asks_for_a_warning_requeues_and_bounds_its_allocations(tmp_path) -> None:
+    run = tmp_path / "run"
+    cpu = _script(tmp_path, _plan(run, ["python", "-m", "repro.cli", "run"]), SlurmOptions())
+    text = cpu.read_text()
+    for line in ("#SBATCH --signal=B:USR1@60", "#SBATCH --requeue", "#SBATCH --open-mode=append"):
+        assert line in text.splitlines(), line
+    assert "trap request_stop USR1" in text and "trap on_term TERM" in text
+    assert "max_allocations=4" in text and 'scontrol requeue "$SLURM_JOB_ID"' in text
+    assert f"stop_file={run / STOP_REQUEST}" in text
+    assert "    run &\ncell=$!" in text  # the cell in the background, so the traps run while it trains
+    assert subprocess.run(["bash", "-n", str(cpu)]).returncode == 0
+    gpu = SimpleNamespace(nnodes=2, gpus_per_node=8)
+    multi = _script(
+        tmp_path, _plan(run, ["python", "-m", "repro.launch.attempt"], gpu), SlurmOptions(max_allocations=2)
+    )
+    text = multi.read_text()
+    assert "#SBATCH --signal=B:USR1@900" in text and "max_allocations=2" in text
+    assert text.index("trap request_stop USR1") < text.index("ray start --head")  # warned during Ray's start too
+    assert subprocess.run(["bash", "-n", str(multi)]).returncode == 0
+    short = _script(tmp_path, _plan(run, ["python"], gpu), SlurmOptions(time="20:00"))
+    assert "#SBATCH --signal=B:USR1@600" in short.read_text()  # a default margin stays under half the limit
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        (SlurmOptions(signal_margin=0), "signal_margin must be a positive integer"),
+        (SlurmOptions(time="1", signal_margin=60), "not less than the time limit"),
+        (SlurmOptions(signal_margin=70000), "over Slurm's 65535 s"),
+        (SlurmOptions(max_allocations=0), "max_allocations must be a positive integer"),
+    ],
+)
+def test_bad_continuation_options(options: SlurmOptions, fragment: str) -> None:
+    from repro.errors import ReproError
+
+    with pytest.raises(ReproError, match=fragment):
+        options.check()
+
+
+FAKE_TRAINER = """
+import pathlib, sys, time
+run, mode = pathlib.Path(sys.argv[1]), sys.argv[2]
+(run / "started").write_text("1")
+for _ in range(400):
+    if mode == "honour" and (run / ".stop-request.json").exists():
+        sys.exit(75)
+    time.sleep(0.05)
+sys.exit(3)
+"""
+
+
+def _bash_job(tmp_path: Path, mode: str, restart: int, send) -> tuple[int, str, str, dict | None]:
+    """Run the rendered script with bash as Slurm would (a fake `scontrol` on PATH), deliver `send`'s
+    signals once the fake trainer runs; (exit code, output, scontrol calls, stop request seen)."""
+    run = tmp_path / "run"
+    run.mkdir(exist_ok=True)
+    (run / "started").unlink(missing_ok=True)
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir(exist_ok=True)
+    calls = tmp_path / "scontrol.calls"
+    calls.unlink(missing_ok=True)
+    (fake_bin / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    (fake_bin / "scontrol").chmod(0o755)
+    script = _script(tmp_path, _plan(run, ["python", "-c", FAKE_TRAINER, str(run), mode]), SlurmOptions())
+    env = {
+        **os.environ,
+        "PATH": f"{fake_bin}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "42",
+        "SLURM_CPUS_PER_TASK": "1",
+        "SLURM_RESTART_COUNT": str(restart),
+    }
+    proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not (run / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    seen = None
+    for what in send:
+        if what == "USR1":  # --signal=B: the batch shell only
+            os.kill(proc.pid, signal.SIGUSR1)
+            for _ in range(100):
+                seen = seen or stop_request(run)
+                if seen:
+                    break
+                time.sleep(0.02)
+        else:  # scancel, preemption, the time limit: every process of the job
+            time.sleep(0.3)
+            os.killpg(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    return proc.returncode, out, calls.read_text() if calls.exists() else "", seen
+
+
+def test_usr1_asks_the_trainer_to_stop_and_requeues_the_same_job(tmp_path) -> None:
+    code, out, calls, seen = _bash_job(tmp_path, "honour", restart=0, send=["USR1"])
+    assert code == 0, out
+    assert calls.strip() == "requeue 42"
+    assert seen is not None and seen["job_id"] == "42" and seen["allocation"] == 1, seen
+    assert "allocation 1 of at most 4" in out and "requeueing job 42 for allocation 2 of 4" in out
+
+
+def test_the_last_allocation_is_not_requeued(tmp_path) -> None:
+    code, out, calls, _ = _bash_job(tmp_path, "honour", restart=3, send=["USR1"])
+    assert (code, calls) == (STOPPED_EXIT, ""), out
+    assert "allocation 4 was the last of 4" in out
+
+
+def test_a_cancel_is_not_requeued(tmp_path) -> None:
+    code, out, calls, _ = _bash_job(tmp_path, "honour", restart=0, send=["TERM"])
+    assert (code, calls) == (128 + signal.SIGTERM, ""), out
+    assert not (tmp_path / "run" / STOP_REQUEST).exists()
+
+
+def test_a_time_limit_before_the_step_ends_is_not_requeued(tmp_path) -> None:
+    code, out, calls, seen = _bash_job(tmp_path, "ignore", restart=0, send=["USR1", "TERM"])
+    assert seen is not None and (code, calls) == (128 + signal.SIGTERM, ""), out
+
+
+# ---- attempts, allocations, steps lost ---------------------------------------------------------------
+
+
+def _metrics(run: Path, n: int, steps: range) -> None:
+    (run / "metrics").mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"step": s, "data": {"x": float(s)}}) for s in steps]
+    (run / "metrics" / f"attempt-{n:03d}.jsonl").write_text("".join(line + "\n" for line in lines))
+
+
+def _status(run: Path, attempts: list[dict]) -> None:
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "status.json").write_text(json.dumps({"state": "finished", "attempts": attempts}))
+
+
+def test_allocations_counts_attempts_and_the_steps_trained_twice(tmp_path) -> None:
+    assert allocations(tmp_path / "missing") == (0, 0)
+    (tmp_path / "corrupt").mkdir()
+    (tmp_path / "corrupt" / "status.json").write_text("{not json")
+    assert allocations(tmp_path / "corrupt") == (0, 0)
+    run = tmp_path / "run"
+    # 1: from scratch (the CPU trainer records None), logged 1-7 and was killed: no last_logged_step
+    # 2: died before loading a checkpoint; 3: resumed from 5, stopped on request at 9 (recorded);
+    # 4: resumed from 9 and finished
+    _status(run, [
+        {"n": 1, "state": "interrupted", "resumed_from_step": None},
+        {"n": 2, "state": "failed", "resumed_from_step": None},
+        {"n": 3, "state": "interrupted", "resumed_from_step": 5, "last_logged_step": 9},
+        {"n": 4, "state": "finished", "resumed_from_step": 9, "last_logged_step": 12},
+    ])  # fmt: skip
+    _metrics(run, 1, range(1, 8))
+    _metrics(run, 3, range(6, 10))
+    _metrics(run, 4, range(10, 13))
+    assert allocations(run) == (4, 2)  # steps 6 and 7 were trained twice; the stop at 9 lost nothing
+    (run / "metrics" / "attempt-001.jsonl").unlink()  # a missing file is nothing logged
+    assert allocations(run) == (4, 0)
+
+
+def test_first_and_last_logged_step_read_only_the_ends(tmp_path) -> None:
+    file = tmp_path / "attempt-001.jsonl"
+    assert last_logged_step(file) is None and first_logged_step(file) is None
+    big = "y" * 100_000  # a line longer than one read from either end
+    lines = [json.dumps({"step": s, "data": {"big": big}}) for s in (3, 4, 5)]
+    file.write_text("\n".join(lines) + "\n" + lines[0][:50])  # a torn final line
+    assert (first_logged_step(file), last_logged_step(file)) == (3, 5)
+    file.write_text("")
+    assert last_logged_step(file) is None
+
+
+FAKE_VERL = """
+import json, pathlib, sys
+run = pathlib.Path(sys.argv[1])
+from repro.launch.allocations import honour, stop_request
+assert stop_request(run) is not None
+(run / "metrics" / "attempt-002.jsonl").write_text(json.dumps({"step": 7, "data": {}}) + "\\n")
+honour(run, 7, saved_now=True)
+"""
+
+
+def test_an_attempt_whose_trainer_honoured_the_request_exits_75(tmp_path, monkeypatch) -> None:
+    run = RunDir.prepare(tmp_path / "run", {"a": 1}, ["repro", "run"])
+    monkeypatch.setenv("REPRO_LAUNCHER", "slurm")
+    monkeypatch.setenv("REPRO_JOB_ID", "42")
+    (run.path / "checkpoints" / "global_step_6").mkdir(parents=True)
+    (run.path / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("6\n")
+    request_stop(run.path, "test", job_id="7")  # another job's: stale, dropped as the attempt begins
+    assert run_attempt(run, [sys.executable, "-c", "pass"]) == 0
+    assert stop_request(run.path) is None
+    request_stop(run.path, "test", job_id="42")
+    assert run_attempt(run, [sys.executable, "-c", FAKE_VERL, str(run.path)]) == STOPPED_EXIT
+    last = run.status()["attempts"][-1]
+    assert last["state"] == "interrupted" and last["error"] == "allocation ending: checkpoint at step 7, 0 steps lost"
+    assert (last["resumed_from_step"], last["last_logged_step"]) == (6, 7)
+    assert not (run.path / STOP_REQUEST).exists() and not (run.path / STOP_HONOURED).exists()
+
+
+def test_verls_trainer_saves_and_ends_its_loop_at_the_step_a_stop_is_requested(tmp_path) -> None:
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    from repro.verl_plugin.config_builder import TRAINER_MODE
+    from repro.verl_plugin.stop_trainer import StopAtBoundaryTrainer
+
+    assert get_trainer_cls(TRAINER_MODE) is StopAtBoundaryTrainer  # registered through verl's registry
+    run = tmp_path / "run"
+    run.mkdir()
+    saves: list[int] = []
+    trainer = object.__new__(StopAtBoundaryTrainer)  # its hooks only: no Ray, no workers
+    trainer.config = OmegaConf.create({"trainer": {"save_freq": 5, "default_local_dir": str(run / "checkpoints")}})
+    trainer.run_dir, trainer.stopped_at, trainer.timing_raw = run, None, {}
+    trainer.total_training_steps = 20
+    trainer.checkpoint_manager = SimpleNamespace(update_weights=lambda step: None)
+    trainer._save_checkpoint = lambda: saves.append(trainer.global_steps)
+    trainer.global_steps = 3
+    trainer.on_step_end()
+    assert (saves, trainer.total_training_steps) == ([], 20)  # no request: verl's own loop
+    request_stop(run, "test")
+    trainer.global_steps = 5  # a save_freq step: the loop saved it already
+    trainer.on_step_end()
+    assert (saves, trainer.total_training_steps, trainer.stopped_at) == ([], 5, (5, False))
+    trainer.on_train_end()
+    assert json.loads((run / STOP_HONOURED).read_text())["step"] == 5 and stop_request(run) is None
+    trainer.stopped_at, trainer.total_training_steps, trainer.global_steps = None, 20, 7
+    request_stop(run, "test")
+    trainer.on_step_end()
+    assert (saves, trainer.total_training_steps, trainer.stopped_at) == ([7], 7, (7, True))
+    assert "save_checkpoint" in trainer.timing_raw  # timed as verl's own save is
+
+
+# ---- the real Slurm ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as env:
+        yield env
+
+
+@pytest.fixture
+def slurm_env(slurm, tiny_env, monkeypatch):
+    for key, value in slurm.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(ROOT)
+    return {**tiny_env, **slurm}
+
+
+def _steps(run: Path) -> list[int]:
+    return sorted(
+        json.loads(line)["step"]
+        for f in (run / "metrics").glob("attempt-*.jsonl")
+        for line in f.read_text().splitlines()
+    )
+
+
+def _show(job_id: str) -> str:
+    return subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+
+
+def test_a_cell_longer_than_its_time_limit_continues_in_new_allocations_by_itself(slurm_env, tmp_path) -> None:
+    """--time=1 (Slurm's minimum, a minute) and a 10 s warning: slurmctld checks limits every 30 s and
+    signals once the time left is under margin + 30 s, so the job is warned 20-50 s in. 60 steps take
+    about 65 s with the 15 s start on the 2-core reference machine (0.85 s a step, one thread), so the
+    first allocation cannot finish and the cell goes through at least one requeue (three allocations,
+    ~135 s, there), then must equal the same run trained straight through."""
+    started = time.monotonic()
+    steps = 60
+    sweep_file = tmp_path / "one.yaml"
+    sweep_file.write_text("name: one\nbackbones: [tiny-arith]\nmethods: [grpo-n4]\nprompt_sets: [standard]\n")
+    cpu = CpuOptions(steps=steps, batch=8)
+    straight_dir = tmp_path / "straight"
+    straight = subprocess.Popen(  # the reference, on the other core meanwhile, with the job's one thread
+        [sys.executable, "cli.py", "run", "--model", "tiny-arith", "--method", "grpo-n4", *cpu.args(),
+         "--run-dir", str(straight_dir)],
+        cwd=ROOT, env={**slurm_env, "REPRO_TORCH_THREADS": "1"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    options = SlurmOptions(time="1", signal_margin=10, cpus_per_task=1, max_allocations=6)
+    runs = tmp_path / "runs"
+    report = submit_sweep(
+        load_sweep(sweep_file), SlurmScheduler(options=options, project_dir=ROOT), runs,
+        options=cpu, wait=True, poll=1, timeout=420, retries=0,
+    )  # fmt: skip
+    seconds = time.monotonic() - started
+    run = runs / cell_name("tiny-arith", "grpo-n4", "standard", 0)
+    records = job_records(run)
+    assert len(records) == 1  # submitted once: the continuations are requeues of the same job
+    job_id = str(records[0]["job_id"])
+    out = (run / "slurm" / f"slurm-{job_id}.out").read_text()
+    assert [c.state for c in report.cells] == ["finished"], (report.cells, out[-3000:])
+    attempts = RunDir(run).status()["attempts"]
+    deadline = time.monotonic() + 30  # the run is finished; let its script end so Slurm logs the allocation
+    while "JobState=COMPLETED" not in (show := _show(job_id)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    sacct = subprocess.run(
+        ["sacct", "-c", "-j", job_id, "--format=JobID,State,Start,End,Elapsed,ExitCode"], capture_output=True, text=True
+    ).stdout
+    spans = [(a.get("resumed_from_step"), a.get("last_logged_step")) for a in attempts]
+    print(f"\n{len(attempts)} allocations in {seconds:.0f}s, (resumed from, last step): {spans}\n{sacct}\n{show}")
+    print("\n".join(line for line in out.splitlines() if line.startswith("repro:")))
+    # one submission, one job id, several allocations: all but the last stopped on request, nothing lost
+    assert len(attempts) >= 2, out[-3000:]
+    assert {a["job_id"] for a in attempts} == {job_id} and all(a["launcher"] == "slurm" for a in attempts)
+    assert [a["state"] for a in attempts] == ["interrupted"] * (len(attempts) - 1) + ["finished"]
+    for before, after in itertools.pairwise(attempts):
+        step = before["last_logged_step"]
+        assert before["error"] == f"allocation ending: checkpoint at step {step}, 0 steps lost"
+        assert after["resumed_from_step"] == step
+    assert f"Restarts={len(attempts) - 1}" in show
+    assert out.count("requeueing job") == len(attempts) - 1
+    assert allocations(run) == (len(attempts), 0)
+    assert _steps(run) == list(range(1, steps + 1))  # every step once
+    assert not (run / STOP_REQUEST).exists()
+    # the cell that crossed allocations is the straight run, bit for bit
+    assert straight.wait(timeout=300) == 0, straight.stderr.read()[-2000:]
+    from safetensors.torch import load_file
+
+    final = f"checkpoints/global_step_{steps}/model/model.safetensors"
+    a, b = load_file(run / final), load_file(straight_dir / final)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    last_a = json.loads((run / "metrics" / f"attempt-{len(attempts):03d}.jsonl").read_text().splitlines()[-1])
+    last_b = json.loads((straight_dir / "metrics" / "attempt-001.jsonl").read_text().splitlines()[-1])
+    untimed = {k: v for k, v in last_b["data"].items() if not k.startswith("timing_s/")}
+    assert {k: last_a["data"][k] for k in untimed} == untimed
