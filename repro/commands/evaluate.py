@@ -206,7 +206,7 @@ def eval_cmd(
     if position is not None:  # a child of a sharded evaluation: its share, no lock (the parent holds it)
         sharding.exit_with_parent()
         for tgt in found:
-            _evaluate_share(tgt, problems, settings, _plan(backend, tgt, max_new_tokens), *position)
+            _evaluate_share(tgt, problems, settings, _plan(backend, tgt, max_new_tokens), timeout, *position)
         return
     plan = _plan(backend, found[0], max_new_tokens)
     count = sharding.shard_count(requested, plan.backend, plan.tp, sharding.visible_gpus() if plan.gpu else [])
@@ -354,7 +354,9 @@ class _NothingToGenerate:
         raise ReproError(f"{len(problems)} problem(s) have no records after every shard finished; rerun to resume")
 
 
-def _evaluate_share(tgt, problems: dict, settings: _Settings, plan: _Plan, index: int, count: int) -> None:
+def _evaluate_share(
+    tgt, problems: dict, settings: _Settings, plan: _Plan, timeout: float, index: int, count: int
+) -> None:
     """A child: its share of every benchmark that the merged records lack, into its own shard files; then
     its grading counts and generation facts for the parent's summary. No model is loaded when the share is
     already complete (a vLLM start costs a minute)."""
@@ -379,7 +381,7 @@ def _evaluate_share(tgt, problems: dict, settings: _Settings, plan: _Plan, index
         if pending
         else _NothingToGenerate()
     )
-    with Grader(timeout_s=5.0) as grader:
+    with Grader(timeout_s=timeout) as grader:
         for name, items in todo.items():
             evaluate_benchmark(
                 items,
