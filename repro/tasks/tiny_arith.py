@@ -134,7 +134,11 @@ def build(seed: int = 0, train_scale: float = 1.0) -> TinyArithData:
 
 
 def write_parquet(data: TinyArithData, folder: Path) -> dict[str, Path]:
-    """train.parquet plus one parquet per test tier, written atomically (temp file + rename)."""
+    """train.parquet plus one parquet per test tier, written atomically (temp file + rename); the temp
+    name is per process, so cells of a sweep that build the data at once on an empty $REPRO_HOME write the
+    same bytes side by side instead of renaming each other's half-written file away."""
+    import os
+
     import pandas as pd
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -144,7 +148,7 @@ def write_parquet(data: TinyArithData, folder: Path) -> dict[str, Path]:
     out = {}
     for name, rows in files.items():
         path = folder / f"{name}.parquet"
-        tmp = folder / f".{name}.parquet.tmp"
+        tmp = folder / f".{name}.parquet.{os.getpid()}.tmp"
         pd.DataFrame(rows).to_parquet(tmp, index=False)
         tmp.replace(path)
         out[name] = path
