@@ -14,7 +14,8 @@ from repro.cli import main
 from repro.evaluation import shards
 from repro.evaluation.runner import read_records, targets
 
-BENCHMARKS = ("tiny-aime", "tiny-minerva")  # 46 + 54 problems
+BENCHMARKS = ("tiny-aime", "tiny-minerva")
+FIRST = 12  # the first 12 problems of each (--first-problems): a shard's start-up, not generation, is the cost
 K = 2
 
 
@@ -24,6 +25,7 @@ def _model(tiny_home: Path) -> Path:
 
 def _argv(model: Path, out: Path, *extra: str) -> list[str]:
     common = ["--benchmarks", ",".join(BENCHMARKS), "--k", str(K), "--pass-k", "1,2", "--out", str(out)]
+    common += ["--first-problems", str(FIRST)]
     return ["eval", str(model), *common, *extra]
 
 
@@ -52,14 +54,14 @@ def evaluated(tiny_home, tmp_path_factory):
 def test_two_shards_write_the_records_and_summary_of_one_process(evaluated) -> None:
     _, root = evaluated
     one, two = _records(root / "one"), _records(root / "two")
-    assert {name: len(r) for name, r in two.items()} == {"tiny-aime": 46 * K, "tiny-minerva": 54 * K}
+    assert {name: len(r) for name, r in two.items()} == {"tiny-aime": FIRST * K, "tiny-minerva": FIRST * K}
     assert two == one  # same responses, scores and order (problem order, then sample order)
     keys = [(r["problem_id"], r["sample_index"]) for r in two["tiny-aime"]]
     assert keys == [(pid, j) for pid in dict.fromkeys(k[0] for k in keys) for j in range(K)]
     s1, s2 = _summary(root / "one"), _summary(root / "two")
     assert s2.pop("generation") == {**s1.pop("generation"), "shards": 2}
     assert s2 == s1  # Ave@k, pass@k, weighted average, grading counts, sources: all the same
-    assert sum(s2["grading"].values()) == 100 * K
+    assert sum(s2["grading"].values()) == 2 * FIRST * K
     left = sorted(p.name for p in (root / "two" / "shards").iterdir())
     assert left == ["shard-0.log", "shard-1.log"]  # records folded in, only the logs stay
 
@@ -81,14 +83,14 @@ def test_a_killed_shard_resumes_without_regenerating_finished_problems(evaluated
             json.dumps({**r, "response": kept[first["problem_id"]]}) if r["problem_id"] == first["problem_id"] else line
             for line, r in ((x, json.loads(x)) for x in lines)
         ]
-        if i == 1:  # shard 1 was killed: 10 of its 23 problems on disk, the next half-written
-            lines = lines[: 10 * K + 1]
+        if i == 1:  # shard 1 was killed: 3 of its 6 problems on disk, the next half-written
+            lines = lines[: 3 * K + 1]
             lines[-1] = lines[-1][:25]
         path.write_text("\n".join(lines) + ("" if i == 1 else "\n"))
     assert main(_argv(model, out, "--shards", "2")) == 0
     records = _records(out)
     summary = _summary(out)
-    assert sum(summary["grading"].values()) == (23 - 10) * K  # only the killed shard's missing problems
+    assert sum(summary["grading"].values()) == (FIRST // 2 - 3) * K  # only the killed shard's missing problems
     for name, recs in records.items():
         assert [(r["problem_id"], r["sample_index"]) for r in recs] == [
             (r["problem_id"], r["sample_index"]) for r in reference[name]

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -317,7 +318,10 @@ def test_a_cell_longer_than_its_time_limit_continues_in_new_allocations_by_itsel
     started = time.monotonic()
     steps = 60
     sweep_file = tmp_path / "one.yaml"
-    sweep_file.write_text("name: one\nbackbones: [tiny-arith]\nmethods: [grpo-n4]\nprompt_sets: [standard]\n")
+    sweep_file.write_text(  # with an evaluation stage: its afterok job must wait for the final allocation
+        "name: one\nbackbones: [tiny-arith]\nmethods: [grpo-n4]\nprompt_sets: [standard]\n"
+        "eval: {benchmarks: tiny-aime, k: 2, checkpoints: final}\n"
+    )
     cpu = CpuOptions(steps=steps, batch=8)
     straight_dir = tmp_path / "straight"
     straight = subprocess.Popen(  # the reference, on the other core meanwhile, with the job's one thread
@@ -340,6 +344,12 @@ def test_a_cell_longer_than_its_time_limit_continues_in_new_allocations_by_itsel
     out = (run / "slurm" / f"slurm-{job_id}.out").read_text()
     assert [c.state for c in report.cells] == ["finished"], (report.cells, out[-3000:])
     attempts = RunDir(run).status()["attempts"]
+    # the evaluation job, submitted once behind the training job, ran after its last allocation
+    (eval_job,) = [json.loads(x) for x in (run / "eval-jobs.jsonl").read_text().splitlines()]
+    assert eval_job["after"] == job_id and report.cells[0].eval_state == "done", report.cells
+    summary = run / "eval" / f"global_step_{steps}" / "summary.json"
+    assert json.loads(summary.read_text())["k"] == 2
+    assert datetime.fromtimestamp(summary.stat().st_mtime, UTC).isoformat() >= attempts[-1]["ended"]
     deadline = time.monotonic() + 30  # the run is finished; let its script end so Slurm logs the allocation
     while "JobState=COMPLETED" not in (show := _show(job_id)) and time.monotonic() < deadline:
         time.sleep(0.5)
