@@ -99,6 +99,19 @@ GpusOpt = Annotated[
 ]
 CpusOpt = Annotated[int | None, typer.Option("--cpus-per-task", min=1, help="slurm: CPUs per node.")]
 MemOpt = Annotated[str | None, typer.Option("--mem", help="slurm: memory per node, e.g. 0 (all) or 400G.")]
+MarginOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--signal-margin",
+        min=1,
+        help="slurm: seconds before the time limit when the cell is asked to checkpoint and stop, then requeued "
+        "(default: 900 for GPU cells, one step plus a save; 60 for CPU cells).",
+    ),
+]
+AllocationsOpt = Annotated[
+    int | None,
+    typer.Option("--max-allocations", min=1, help="slurm: allocations a cell may span by requeueing (default 4)."),
+]
 RayAddressOpt = Annotated[
     str | None, typer.Option("--ray-address", help="ray: the Jobs API address (default http://127.0.0.1:8265).")
 ]
@@ -153,7 +166,17 @@ class _Launch:
             poll=options["poll"],
             dry_run=options.get("dry_run", False),
             slurm_flags={
-                k: options[k] for k in ("account", "partition", "time", "gpus_per_node", "cpus_per_task", "mem")
+                k: options.get(k)
+                for k in (
+                    "account",
+                    "partition",
+                    "time",
+                    "gpus_per_node",
+                    "cpus_per_task",
+                    "mem",
+                    "signal_margin",
+                    "max_allocations",
+                )
             },
             ray_flags={"address": options["ray_address"], "python": options["python"]},
             evaluate=options.get("evaluate", True),
@@ -374,6 +397,8 @@ def run(
     gpus_per_node: GpusOpt = None,
     cpus_per_task: CpusOpt = None,
     mem: MemOpt = None,
+    signal_margin: MarginOpt = None,
+    max_allocations: AllocationsOpt = None,
     ray_address: RayAddressOpt = None,
     python: PythonOpt = None,
     evaluate: EvalOpt = True,
