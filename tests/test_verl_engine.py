@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from verl_sweep import AUDIT, BATCH, NO_WARMUP
+from verl_sweep import AUDIT, BATCH, NO_WARMUP, STEPS, STRONG
 
 from repro.verl_plugin import audit
 
@@ -136,7 +136,7 @@ def _wait_for_step(path: Path, step: int, proc: subprocess.Popen, timeout: float
 def test_est_kill_and_resume_logs_every_step_once_and_restores_the_resumed_estimator(verl_env, tmp_path):
     runs = tmp_path / "runs"
     run = runs / "tiny-arith__est__standard__s0"
-    argv = _argv(runs, "est", 4, "trainer.save_freq=2")
+    argv = _argv(runs, "est", 3, "trainer.save_freq=2")
     log = tmp_path / "attempt-1.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, env=verl_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -150,9 +150,9 @@ def test_est_kill_and_resume_logs_every_step_once_and_restores_the_resumed_estim
     resumed = subprocess.run(argv, env=verl_env, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     first, second = _metrics(run, 1), _metrics(run, 2)
-    assert 2 in first and 4 not in first
+    assert 2 in first and 3 not in first
     logged = sorted([*first, *second])
-    assert logged == [1, 2, 3, 4] and min(second) == 3, (sorted(first), sorted(second))
+    assert logged == [1, 2, 3] and min(second) == 3, (sorted(first), sorted(second))
     status = json.loads((run / "status.json").read_text())
     assert [a["state"] for a in status["attempts"]] == ["interrupted", "finished"] or [
         a["state"] for a in status["attempts"]
@@ -171,19 +171,20 @@ def test_est_kill_and_resume_logs_every_step_once_and_restores_the_resumed_estim
         assert len(batch["uid"]) == 8 * BATCH  # Est's budget: n_avg = 8 responses a prompt on average
 
 
-# A policy that moves every step (a large step on the entropy bonus): with weight sync the rollout server
-# samples from the policy verl trains, so the rollout/training log-prob gap stays at rounding level;
-# with the updates dropped (the control) the server keeps the initial weights and the gap grows.
-STRONG = ("actor_rollout_ref.actor.optim.lr=0.01", "actor_rollout_ref.actor.entropy_coeff=0.1")
+# A policy that moves every step (STRONG, a large step on the entropy bonus): with weight sync the rollout
+# server samples from the policy verl trains, so the rollout/training log-prob gap stays at rounding level;
+# with the updates dropped (the control) the server keeps the initial weights and the gap grows. The synced
+# run is the suite's sweep cell (the same 3 steps, batch, AUDIT, NO_WARMUP and STRONG), so only the control
+# trains here.
 DROP = "+ray_kwargs.ray_init.runtime_env.env_vars.REPRO_CPU_ROLLOUT_DROP_UPDATES=1"
 
 
 @pytest.fixture(scope="module")
-def control_runs(verl_env, tmp_path_factory) -> tuple[Path, Path]:
+def control_runs(verl_env, verl_sweep, tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("verl_control")
-    synced = _run(verl_env, root / "synced", "grpo-n4", 3, *STRONG)
-    dropped = _run(verl_env, root / "dropped", "grpo-n4", 3, *STRONG, DROP)
-    return synced, dropped
+    assert STEPS == 3
+    dropped = _run(verl_env, root / "dropped", "grpo-n4", STEPS, *STRONG, DROP)
+    return verl_sweep.run("grpo-n4"), dropped
 
 
 def test_grpo_n4_keeps_the_rollout_on_policy_and_the_control_drifts(control_runs):

@@ -4,7 +4,7 @@ seq-balance on tiny-arith).
 `tests/test_verl_pipeline.py` takes it on through evaluation, collect, tables and plots (the GPU user's
 path); `tests/test_verl_engine.py` reads its seq-balance run for the trainer's own checks, so the suite
 trains those cells once. The overrides are the ones test_verl_engine's other runs use: the plugin's audit
-files, and no lr warm-up (verl's warm-up makes step 1's lr 0).
+files, no lr warm-up (verl's warm-up makes step 1's lr 0), and a policy that moves every step (STRONG).
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ STEPS = 3  # with the CPU cells' save_freq 1 and 2 checkpoints kept: global_step
 METHODS = ("grpo-n4", "seq-balance")
 AUDIT = "+ray_kwargs.ray_init.runtime_env.env_vars.REPRO_AUDIT_UPDATES=1"
 NO_WARMUP = "actor_rollout_ref.actor.optim.lr_warmup_steps=0"
+# A policy that moves every step (a large step on the entropy bonus): test_verl_engine's weight-sync control
+# compares the sweep's grpo-n4 cell (synced) with one run whose updates never reach the rollout server.
+STRONG = ("actor_rollout_ref.actor.optim.lr=0.01", "actor_rollout_ref.actor.entropy_coeff=0.1")
 # the sweep's evaluation stage, made small: Ave@2 on two tiers, every kept checkpoint (the shipped file asks
 # for the paper's Ave@32 on all four)
 EVAL = {"benchmarks": "tiny-math500,tiny-aime", "k": 2, "checkpoints": "all"}
@@ -50,7 +53,7 @@ def sweep_file(path: Path) -> Path:
     assert (spec["backbones"], spec["methods"], spec["engine"]) == (["tiny-arith"], list(METHODS), "verl"), spec
     assert not spec.get("overrides"), spec
     assert spec["eval"]["k"] == 32 and spec["eval"]["checkpoints"] == "all", spec  # the paper's protocol
-    spec["overrides"] = dict(item.split("=", 1) for item in (AUDIT, NO_WARMUP))
+    spec["overrides"] = dict(item.split("=", 1) for item in (AUDIT, NO_WARMUP, *STRONG))
     spec["eval"] = {**spec["eval"], **EVAL}
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
