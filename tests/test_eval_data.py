@@ -32,6 +32,14 @@ def test_size_check_fires_and_hub_errors_name_the_flag(tmp_path, monkeypatch) ->
     assert len(bench.load("math500", path)) == 500
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    import datasets.config
+    import huggingface_hub.constants
+
+    # the libraries read those variables at import, and the suite imported them already: without this,
+    # each Hub id is retried with backoff (about 30 s) before it fails
+    for module, name in ((datasets.config, "HF_HUB_OFFLINE"), (huggingface_hub.constants, "HF_HUB_OFFLINE")):
+        if hasattr(module, name):
+            monkeypatch.setattr(module, name, True)
     tried = r"tried weqweasdas/minerva_math \(\w+\); math-ai/minervamath \(\w+\)\)"  # released copy first
     with pytest.raises(ReproError, match=rf"cannot load minerva_math .*{tried}.*--benchmark-file minerva_math=PATH"):
         bench.load("minerva_math")

@@ -205,6 +205,8 @@ def test_ray_jobs_api_runs_two_cells(ray_address, tiny_env, tmp_path, monkeypatc
         # the training job submitted the evaluation as its last act (its entrypoint's `&& ... ray-submit`)
         assert "repro.launch.eval_stage ray-submit" in record["entrypoint"]
         (eval_job,) = [json.loads(x) for x in (run / "eval-jobs.jsonl").read_text().splitlines()]
+        while time.monotonic() < deadline and client.get_job_status(eval_job["job_id"]).value == "RUNNING":
+            time.sleep(0.5)  # its summary is written a moment before the job process exits
         assert eval_job["launcher"] == "ray" and client.get_job_status(eval_job["job_id"]).value == "SUCCEEDED"
         assert len(_eval_records(run)) == 46 * 2
 
@@ -231,7 +233,7 @@ def test_a_job_that_dies_before_training_is_failed_with_its_last_line_and_retry_
     assert RunDir(run).status()["attempts"] == []  # training never began
     assert cell.eval_state == "not started", cell  # its afterok evaluation job never ran: Slurm removed it
     (eval_job,) = [json.loads(x) for x in (run / "eval-jobs.jsonl").read_text().splitlines()]
-    assert SlurmScheduler().state(eval_job).state == "cancelled" and not (run / "eval").exists()
+    assert SlurmScheduler().state(eval_job).state == "cancelled" and not list(run.glob("eval/**/*.jsonl"))
     capsys.readouterr()
     assert main(["status", "--sweep", str(sweep_file), "--runs-root", str(runs)]) == 0
     out = capsys.readouterr().out

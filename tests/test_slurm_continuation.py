@@ -309,14 +309,30 @@ def _show(job_id: str) -> str:
     return subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
 
 
+def _steps_for(env: dict, run_dir: Path, seconds: float) -> int:
+    """Steps that take about `seconds` on this machine now (from 8 timed steps of the same cell), so the cell
+    outlasts its one-minute allocation on a fast machine and does not need more than a few on a slow one."""
+    subprocess.run(
+        [sys.executable, "cli.py", "run", "--model", "tiny-arith", "--method", "grpo-n4", "--steps", "8",
+         "--batch", "8", "--run-dir", str(run_dir)],
+        cwd=ROOT, env={**env, "REPRO_TORCH_THREADS": "1"}, check=True, capture_output=True,
+    )  # fmt: skip
+    times = [
+        json.loads(line)["data"]["timing_s/step"]
+        for line in (run_dir / "metrics" / "attempt-001.jsonl").read_text().splitlines()[2:]
+    ]
+    per_step = sum(times) / len(times)
+    return int(min(600, max(40, seconds / max(per_step, 1e-3))))
+
+
 def test_a_cell_longer_than_its_time_limit_continues_in_new_allocations_by_itself(slurm_env, tmp_path) -> None:
     """--time=1 (Slurm's minimum, a minute) and a 10 s warning: slurmctld checks limits every 30 s and
-    signals once the time left is under margin + 30 s, so the job is warned 20-50 s in. 60 steps take
-    about 65 s with the 15 s start on the 2-core reference machine (0.85 s a step, one thread), so the
-    first allocation cannot finish and the cell goes through at least one requeue (three allocations,
-    ~135 s, there), then must equal the same run trained straight through."""
+    signals once the time left is under margin + 30 s, so the job is warned 20-50 s in. The cell trains for
+    about 75 s (its step count is set from 8 timed steps: 0.2-0.85 s a step on the 2-core reference machine,
+    idle or loaded), so the first allocation cannot finish and the cell goes through at least one requeue,
+    then must equal the same run trained straight through."""
     started = time.monotonic()
-    steps = 60
+    steps = _steps_for(slurm_env, tmp_path / "calibration", seconds=75)
     sweep_file = tmp_path / "one.yaml"
     sweep_file.write_text(  # with an evaluation stage: its afterok job must wait for the final allocation
         "name: one\nbackbones: [tiny-arith]\nmethods: [grpo-n4]\nprompt_sets: [standard]\n"
@@ -330,7 +346,7 @@ def test_a_cell_longer_than_its_time_limit_continues_in_new_allocations_by_itsel
         cwd=ROOT, env={**slurm_env, "REPRO_TORCH_THREADS": "1"},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    options = SlurmOptions(time="1", signal_margin=10, cpus_per_task=1, max_allocations=6)
+    options = SlurmOptions(time="1", signal_margin=10, cpus_per_task=1, max_allocations=8)
     runs = tmp_path / "runs"
     report = submit_sweep(
         load_sweep(sweep_file), SlurmScheduler(options=options, project_dir=ROOT), runs,

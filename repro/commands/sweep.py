@@ -564,14 +564,9 @@ def status(
     if not names:
         console.print(f"no runs in {runs_root}")
         return
-    table = Table(title=f"runs in {runs_root}" + (f" for {sweep}" if sweep else ""))
-    for column, justify in (("cell", "left"), ("state", "left"), ("attempts", "right"), ("job", "left")):
-        table.add_column(column, justify=justify)
-    table.add_column("steps lost", justify="right")
-    table.add_column("eval", justify="left")
-    table.add_column("reason", overflow="fold")
     counts: dict[str, int] = {}
     eval_counts: dict[str, int] = {}
+    rows = []
     for name in names:
         path = runs_root / name
         cs = cell_state(path, ask_scheduler=ask_scheduler)
@@ -581,15 +576,23 @@ def status(
         eval_counts[es.state] = eval_counts.get(es.state, 0) + 1
         shown = es.state + (f" {100 * es.weighted:.1f}%" if es.weighted is not None else "")
         reasons = [r for r in (cs.reason, f"eval: {es.reason}" if es.reason and es.state != "off" else "") if r]
-        table.add_row(
-            name,
-            Text(cs.state, style=_STYLE.get(cs.state, "")),
-            str(cs.attempts),
-            job,
-            _lost(path),
-            Text(shown, style=_STYLE.get(es.state, "")),
-            Text("; ".join(reasons)),
-        )
+        rows.append((name, cs, job, _lost(path), es, shown, "; ".join(reasons)))
+    # the steps-lost and eval columns only where they say something, so the reason keeps its width
+    show_lost = any(lost not in ("", "0") for _, _, _, lost, *_ in rows)
+    show_eval = spec is not None or any(es.state != "off" for *_, es, _, _ in rows)
+    table = Table(title=f"runs in {runs_root}" + (f" for {sweep}" if sweep else ""))
+    for column, justify in (("cell", "left"), ("state", "left"), ("attempts", "right"), ("job", "left")):
+        table.add_column(column, justify=justify)
+    if show_lost:
+        table.add_column("steps lost", justify="right")
+    if show_eval:
+        table.add_column("eval", justify="left")
+    table.add_column("reason", overflow="fold")
+    for name, cs, job, lost, es, shown, reason in rows:
+        row = [name, Text(cs.state, style=_STYLE.get(cs.state, "")), str(cs.attempts), job]
+        row += [lost] if show_lost else []
+        row += [Text(shown, style=_STYLE.get(es.state, ""))] if show_eval else []
+        table.add_row(*row, Text(reason))
     console.print(table)
     console.print(", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
     if spec is not None:
