@@ -30,9 +30,12 @@ def _sbatch(text: str) -> dict[str, str]:
 
 
 def _cell_command(text: str) -> list[str]:
-    """The words of the command after the '# the cell' comment, continuation lines joined, as bash reads them."""
-    body = text.split("# the cell", 1)[1].split("\n", 1)[1]
-    return shlex.split(body.replace("\\\n", " "))
+    """The words of the command after the '# the cell' comment, continuation lines joined, as bash reads them
+    (the command runs in the background, ` &`, so the script's traps can run while it trains)."""
+    lines = text.split("# the cell", 1)[1].split("\n")[1:]
+    end = next(i for i, line in enumerate(lines) if not line.endswith("\\"))
+    command = "\n".join(lines[: end + 1]).replace("\\\n", " ")
+    return shlex.split(command.removesuffix(" &"))
 
 
 def _write_grid(tmp_path: Path, sweep_file: Path, *extra: str) -> Path:
