@@ -246,7 +246,7 @@ def render_eval_script(
 ) -> str:
     """The sbatch script of one cell's evaluation: one node, the cell's GPUs, one `repro eval` process
     that starts one shard per GPU (CUDA_VISIBLE_DEVICES from Slurm's allocation)."""
-    from repro.launch.slurm import SLURM_DIR, _command_line, _q
+    from repro.launch.slurm import SLURM_DIR, _command_line, job_environment
     from repro.paths import repro_home
 
     python_bin = Path(python_bin or Path(sys.executable).parent)
@@ -272,13 +272,7 @@ def render_eval_script(
         "# Submitted with --dependency=afterok:<the training job>: it starts once training has succeeded.",
         f"# An interrupted evaluation resumes from its records: resubmit with sbatch {run_dir / SLURM_DIR}/eval.sbatch",
         *(f"#SBATCH {opt}" for opt in sbatch),
-        "set -euo pipefail",
-        f"cd {_q(project_dir)}",
-        f'export PATH={_q(python_bin)}:"$PATH"',
-        f"export REPRO_HOME={_q(home)}",
-        "export REPRO_LAUNCHER=slurm",
-        'export REPRO_JOB_ID="$SLURM_JOB_ID"',
-        "export PYTHONUNBUFFERED=1",
+        *job_environment(project_dir, python_bin, home),
     ]
     if not gpus:
         lines.append('export OMP_NUM_THREADS="$SLURM_CPUS_PER_TASK"')

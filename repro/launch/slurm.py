@@ -196,13 +196,7 @@ def render_script(
         f"# repro cell {plan.name} (sweep {sweep_name}), written by `repro sweep run --launcher slurm`.",
         f"# Resubmit by hand with: sbatch {plan.run_dir / SLURM_DIR / SCRIPT_NAME}",
         *(f"#SBATCH {opt}" for opt in sbatch),
-        "set -euo pipefail",
-        f"cd {_q(project_dir)}",
-        f'export PATH={_q(python_bin)}:"$PATH"',
-        f"export REPRO_HOME={_q(home)}",
-        "export REPRO_LAUNCHER=slurm",
-        'export REPRO_JOB_ID="$SLURM_JOB_ID"',
-        "export PYTHONUNBUFFERED=1",
+        *job_environment(project_dir, python_bin, home),
     ]
     if not plan.gpu:
         lines.append('export REPRO_TORCH_THREADS="$SLURM_CPUS_PER_TASK"  # torch uses what the job was given')
@@ -216,6 +210,20 @@ def render_script(
         "",
     ]
     return "\n".join(lines)
+
+
+def job_environment(project_dir: str | os.PathLike[str], python_bin: Path, home: Path) -> list[str]:
+    """The lines every repro job script starts with (training and evaluation alike): this checkout, its
+    interpreter first on PATH, $REPRO_HOME, and the launcher and job id its attempts record."""
+    return [
+        "set -euo pipefail",
+        f"cd {_q(project_dir)}",
+        f'export PATH={_q(python_bin)}:"$PATH"',
+        f"export REPRO_HOME={_q(home)}",
+        "export REPRO_LAUNCHER=slurm",
+        'export REPRO_JOB_ID="$SLURM_JOB_ID"',
+        "export PYTHONUNBUFFERED=1",
+    ]
 
 
 def script_path(plan: CellPlan) -> Path:
