@@ -12,12 +12,29 @@ failure cannot stick to an answer.
 
 from __future__ import annotations
 
+import re
 import threading
 from functools import lru_cache
 
 MEMO_LIMIT = 500_000  # verdicts kept per process; past it, new ones are computed but not stored
 
 _CACHE: dict[tuple[str, str], tuple[float, str]] = {}
+
+
+# A canonical integer: no sign on zero, no leading zeros, at most 15 digits (exact in a float64, so no
+# tolerance anywhere in math-verify can make two different ones equal). Two of these are the same number
+# exactly when they are the same string, which is math-verify's verdict on them too
+# (`tests/test_verifier_integers.py` checks it against math-verify itself).
+_CANONICAL_INT = re.compile(r"0|-?[1-9][0-9]{0,14}")
+
+
+def integer_verdict(prediction: str, ground_truth: str) -> tuple[float, str] | None:
+    """The verdict on two canonical integers without parsing them, or None for anything else: math-verify
+    spends ~4 ms parsing each new pair through sympy, and a small model's wrong answers are mostly new
+    integers (on tiny-arith the reward was as slow as generating the responses)."""
+    if _CANONICAL_INT.fullmatch(prediction) and _CANONICAL_INT.fullmatch(ground_truth):
+        return (1.0, "correct") if prediction == ground_truth else (0.0, "wrong")
+    return None
 
 
 def in_main_thread() -> bool:
@@ -49,14 +66,18 @@ def clear_cache() -> None:
     _gold.cache_clear()
 
 
-def judge(prediction: str, ground_truth: str, *, timeout: int = 5, use_cache: bool = True) -> tuple[float, str]:
-    """math-verify's verdict, memoised. Its timeouts use SIGALRM, which exists only in the main thread;
-    elsewhere (verl runs reward functions in executor threads) they are switched off rather than letting
-    every call fail. Errors are not memoised, so a transient failure cannot stick to an answer."""
-    if use_cache:
+def judge(
+    prediction: str, ground_truth: str, *, timeout: int = 5, use_cache: bool = True, integers: bool = True
+) -> tuple[float, str]:
+    """math-verify's verdict, memoised; two canonical integers are compared as strings (`integer_verdict`,
+    the same verdict) unless `integers` is False. Its timeouts use SIGALRM, which exists only in the main
+    thread; elsewhere (verl runs reward functions in executor threads) they are switched off rather than
+    letting every call fail. Errors are not memoised, so a transient failure cannot stick to an answer."""
+    known = integer_verdict(prediction, ground_truth) if integers else None
+    if known is None and use_cache:
         known = recall(prediction, ground_truth)
-        if known is not None:
-            return known
+    if known is not None:
+        return known
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
     seconds = timeout if in_main_thread() else None

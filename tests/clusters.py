@@ -66,9 +66,22 @@ def _munged_running() -> bool:
     return subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0
 
 
+MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
+
+
+def _wait_munged_gone(seconds: float = 10) -> None:
+    """munged outlives the `runuser` that started it by a moment, removing its socket as it exits: a
+    cluster started in that moment would find it "running" and then lose it (the next module's slurmd
+    failed to register)."""
+    deadline = time.monotonic() + seconds
+    while _munged_running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def _start_munge() -> subprocess.Popen | None:
-    if _munged_running():
-        return None
+    if _munged_running() and MUNGE_SOCKET.exists():
+        return None  # someone else's munged (a Debian service, another test session): use it, leave it running
+    _wait_munged_gone()
     for folder in ("/etc/munge", "/run/munge", "/var/lib/munge", "/var/log/munge"):
         Path(folder).mkdir(parents=True, exist_ok=True)
     if not Path("/etc/munge/munge.key").exists():
@@ -77,7 +90,7 @@ def _start_munge() -> subprocess.Popen | None:
     os.chmod("/etc/munge/munge.key", 0o400)
     proc = subprocess.Popen(["runuser", "-u", "munge", "--", "/usr/sbin/munged", "--foreground", "--force"])
     for _ in range(50):
-        if Path("/run/munge/munge.socket.2").exists():
+        if MUNGE_SOCKET.exists():
             break
         time.sleep(0.1)
     return proc
@@ -129,6 +142,7 @@ def slurm_cluster(root: Path) -> Iterator[dict[str, str]]:
             _stop(proc)
         if munge is not None:
             _stop(munge)
+            _wait_munged_gone()
 
 
 @contextlib.contextmanager

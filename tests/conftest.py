@@ -1,4 +1,5 @@
-"""Shared fixtures: a private REPRO_HOME holding a quickly built tiny-arith model and its data."""
+"""Shared fixtures: a private REPRO_HOME holding a quickly built tiny-arith model and its data, and the real
+single-node Slurm."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
+from clusters import slurm_cluster
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -77,3 +81,19 @@ def verl_sweep(tiny_home, tmp_path_factory):
     from verl_sweep import run_sweep
 
     return run_sweep(tiny_home, tmp_path_factory.mktemp("verl_sweep"))
+
+
+# The real single-node Slurm (tests/clusters.py), one per test module that asks for it: a module's tests share
+# its controller, and `slurm_env` points Slurm's commands at it from the repository root, as a user runs them.
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as env:
+        yield env
+
+
+@pytest.fixture
+def slurm_env(slurm, tiny_env, monkeypatch):
+    for key, value in slurm.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(ROOT)
+    return {**tiny_env, **slurm}

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from clusters import ray_cluster, slurm_cluster
+from clusters import ray_cluster
 
 from repro.cli import main
 from repro.launch.jobs import job_records
@@ -35,8 +35,7 @@ EVAL = "eval: {benchmarks: tiny-aime, k: 2, checkpoints: final}\n"  # the evalua
 def _sweep(tmp_path: Path, methods: list[str], name: str = "mini", extra: str = ""):
     path = tmp_path / f"{name}.yaml"
     path.write_text(
-        f"name: {name}\nbackbones: [tiny-arith]\nmethods: [{', '.join(methods)}]\nprompt_sets: [standard]\n"
-        + extra
+        f"name: {name}\nbackbones: [tiny-arith]\nmethods: [{', '.join(methods)}]\nprompt_sets: [standard]\n" + extra
     )
     return load_sweep(path), path
 
@@ -52,20 +51,6 @@ def _steps(run: Path) -> list[int]:
         for f in (run / "metrics").glob("attempt-*.jsonl")
         for line in f.read_text().splitlines()
     )
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as env:
-        yield env
-
-
-@pytest.fixture
-def slurm_env(slurm, tiny_env, monkeypatch):
-    for key, value in slurm.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.chdir(ROOT)
-    return {**tiny_env, **slurm}
 
 
 def test_slurm_runs_a_cell_through_its_sbatch_script(slurm_env, tmp_path) -> None:

@@ -18,7 +18,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from clusters import slurm_cluster
 
 from repro.launch.allocations import (
     STOP_HONOURED,
@@ -281,20 +280,6 @@ def test_verls_trainer_saves_and_ends_its_loop_at_the_step_a_stop_is_requested(t
 
 
 # ---- the real Slurm ----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as env:
-        yield env
-
-
-@pytest.fixture
-def slurm_env(slurm, tiny_env, monkeypatch):
-    for key, value in slurm.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.chdir(ROOT)
-    return {**tiny_env, **slurm}
 
 
 def _steps(run: Path) -> list[int]:

@@ -50,7 +50,7 @@ def filter_cmd(
     ] = None,
     backend: Annotated[str, typer.Option("--backend", help="auto, transformers (CPU) or vllm (GPU).")] = "auto",
     seed: Annotated[int, typer.Option("--seed", help="Sampling and split seed.")] = 0,
-    out: Annotated[Path | None, typer.Option("--out", help="Default: $REPRO_HOME/data/<model>-<prompt set>.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Default: $REPRO_HOME/data/MODEL-PROMPT_SET.")] = None,
 ) -> None:
     """Sample the base model `--base-samples` times per prompt and keep 0 < pass rate <= `--pass-rate`.
 

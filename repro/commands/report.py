@@ -21,7 +21,7 @@ def report(
         Path, typer.Option("--results", help="The folder `repro collect` wrote (eval and training tables, figures/).")
     ] = Path(DEFAULT_RESULTS),
     out: Annotated[
-        Path | None, typer.Option("--out", help="Where to write the report (atomically). Default: <results>/REPORT.md.")
+        Path | None, typer.Option("--out", help="Where to write the report (atomically). Default: RESULTS/REPORT.md.")
     ] = None,
     checkpoint: Annotated[
         str, typer.Option("--checkpoint", help="'final' (each run's last evaluated step) or a step number.")

@@ -53,7 +53,7 @@ def run(
         DEFAULT_RUNS_ROOT
     ),
     run_dir: Annotated[
-        Path | None, typer.Option("--run-dir", help="Exact run folder (default: RUNS_ROOT/<cell name>).")
+        Path | None, typer.Option("--run-dir", help="Exact run folder (default: RUNS_ROOT/CELL_NAME).")
     ] = None,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Start a finished run again (the old folder is kept aside).")
@@ -76,7 +76,7 @@ def run(
             "--logger",
             help=f"Experiment loggers, comma-separated from {', '.join(LOGGERS)}; both engines log through "
             "verl's Tracking. file is always kept: it is the run folder's durable metrics "
-            "(metrics/attempt-NNN.jsonl, what `repro collect` reads). tensorboard writes <run folder>/tensorboard. "
+            "(metrics/attempt-NNN.jsonl, what `repro collect` reads). tensorboard writes RUN_DIR/tensorboard. "
             "On the CPU trainer the progress bar is the console logger (verl's console printer is not added).",
         ),
     ] = DEFAULT_LOGGERS,

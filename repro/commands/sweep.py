@@ -490,6 +490,8 @@ def retry_failed(
     gpus_per_node: GpusOpt = None,
     cpus_per_task: CpusOpt = None,
     mem: MemOpt = None,
+    signal_margin: MarginOpt = None,
+    max_allocations: AllocationsOpt = None,
     ray_address: RayAddressOpt = None,
     python: PythonOpt = None,
 ) -> None:
