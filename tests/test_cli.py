@@ -13,6 +13,7 @@ from repro.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
 def _commands() -> list[list[str]]:
     """Every visible command of the app, walked from Typer's own click tree (a new command is covered
     without editing this file)."""

@@ -35,9 +35,7 @@ RunsRootOpt = Annotated[
 ]
 OutOpt = Annotated[
     Path | None,
-    typer.Option(
-        "--out", help="Output path without suffix; .png and .pdf are written. Default: RESULTS/figures/NAME."
-    ),
+    typer.Option("--out", help="Output path without suffix; .png and .pdf are written. Default: RESULTS/figures/NAME."),
 ]
 WindowOpt = Annotated[int, typer.Option("--window", min=1, help="Moving-average window in training steps.")]
 
