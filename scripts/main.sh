@@ -4,7 +4,8 @@
 #   2. the tiny-arith model and its filtered "standard" and "hard" prompt sets -> $REPRO_HOME (first run only)
 #   3. the grid: all seven methods x seeds 0-2 on the standard set (`sweeps/tiny.yaml`), and GRPO-n4,
 #      Seq-pos, Seq-balance x seeds 0-2 on the hard set (`sweeps/tiny-hard.yaml`), each cell evaluated by
-#      the sweep's evaluation stage right after it trained: Ave@32 on the four tiny-arith tiers -> runs/
+#      the sweep's evaluation stage right after it trained: Ave@32 on the four tiny-arith tiers (the hard set
+#      also at steps 20 and 50, for the curve over training)                   -> runs/
 #   4. Ave@32 of the base model                                                -> runs/tiny-arith/eval/
 #   5. collect, the paper's tables beside the measured numbers, the figures,
 #      and results/REPORT.md (one verdict per comparison the paper makes)     -> results/, paper_tables/generated/
@@ -27,11 +28,14 @@ $repro data filter --base-samples 16 --pass-rate 0.125  # reuses the standard se
 
 # Each cell trains, then its evaluation stage (the sweep files' `eval:`) scores it, two cells at a time with one
 # torch thread each. The sweep files ask for every kept checkpoint, as the paper's protocol does; on 2 cores
-# the main job evaluates the final one (10 kept checkpoints a run would be 10x the evaluation time):
-# `repro sweep eval sweeps/tiny.yaml --eval-checkpoints all` adds the rest, and `repro plot eval-curve` draws them.
+# the main job evaluates the final one (10 kept checkpoints a run would be 10x the evaluation time), and for
+# the hard set also steps 20 and 50, so `repro plot eval-curve` has a curve to draw:
+# `repro sweep eval sweeps/tiny.yaml --eval-checkpoints all` adds the rest.
 step "3/5 the grid and its evaluation: sweeps/tiny.yaml and sweeps/tiny-hard.yaml, two cells at a time"
 $repro sweep run sweeps/tiny.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints final
 $repro sweep run sweeps/tiny-hard.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints final
+# the curve over training for the hard set: two more of each run's kept checkpoints (the figure eval-curve)
+$repro sweep eval sweeps/tiny-hard.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints 20,50,100
 
 step "4/5 Ave@32 of the base model"
 $repro eval tiny-arith --runs-root "$runs"

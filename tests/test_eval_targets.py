@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cli_errors import one_error
 
 from repro.cli import main
 
@@ -31,16 +32,9 @@ def _verl_run(root: Path, tiny_home: Path, *, weights: bool) -> Path:
     return run
 
 
-def _one_error(code: int, err: str) -> str:
-    assert code == 2, err
-    lines = [line for line in err.strip().splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    return lines[0]
-
-
 def test_a_verl_checkpoint_without_hf_weights_names_verls_merger(tiny_env, tmp_path, capsys) -> None:
     run = _verl_run(tmp_path, Path(tiny_env["REPRO_HOME"]), weights=False)
-    line = _one_error(main(["eval", str(run), "--k", "2", "--benchmarks", "tiny-math500"]), capsys.readouterr().err)
+    line = one_error(main(["eval", str(run), "--k", "2", "--benchmarks", "tiny-math500"]), capsys.readouterr().err)
     actor = run / "checkpoints" / "global_step_2" / "actor"
     assert f"{actor / 'huggingface'} holds no model weights" in line
     merge = f"python -m verl.model_merger merge --backend fsdp --local_dir {actor} --target_dir {actor}/huggingface"
@@ -63,7 +57,7 @@ def test_a_missing_shard_of_a_sharded_model(tiny_env, tmp_path, capsys) -> None:
     (model / "model.safetensors").rename(model / "model-00001-of-00002.safetensors")
     index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
     (model / "model.safetensors.index.json").write_text(json.dumps(index))
-    line = _one_error(main(["eval", str(model), "--k", "2", "--benchmarks", "tiny-math500"]), capsys.readouterr().err)
+    line = one_error(main(["eval", str(model), "--k", "2", "--benchmarks", "tiny-math500"]), capsys.readouterr().err)
     assert "lacks 1 weight shard(s)" in line and "model-00002-of-00002.safetensors" in line
 
 
@@ -72,7 +66,7 @@ def test_torn_files_are_one_line(broken: str, tiny_env, tmp_path, capsys) -> Non
     model = tmp_path / "torn"
     shutil.copytree(_model(Path(tiny_env["REPRO_HOME"])), model)
     (model / broken).write_text("{torn")
-    line = _one_error(main(["eval", str(model), "--k", "2", "--benchmarks", "tiny-math500"]), capsys.readouterr().err)
+    line = one_error(main(["eval", str(model), "--k", "2", "--benchmarks", "tiny-math500"]), capsys.readouterr().err)
     assert f"cannot load the model in {model}" in line and "complete Hugging Face model" in line
 
 

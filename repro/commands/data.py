@@ -79,7 +79,7 @@ def filter_cmd(
     backbone = catalog.get_backbone(model)
     if not 0 < pass_rate <= 1:
         raise ReproError(f"--pass-rate must be in (0, 1], got {pass_rate}")
-    source = source or ("tiny-arith" if model == "tiny-arith" else "openr1")
+    source = source or backbone.task or "openr1"
     name = prompt_set_for(pass_rate)
     out_dir = out or repro_home() / "data" / f"{model}-{name}"
     template = template_for(model)
@@ -102,7 +102,7 @@ def filter_cmd(
         import torch
 
         chosen = backend if backend != "auto" else ("vllm" if torch.cuda.is_available() else "transformers")
-        generator = make_generator(chosen, model_path, 16 if model == "tiny-arith" else 4096, template)
+        generator = make_generator(chosen, model_path, backbone.eval_max_new_tokens or 4096, template)
         with progress_bar(err) as progress:
             task = progress.add_task(f"sampling {model} x{base_samples} per prompt", total=len(rows))
             counts = flt.sample_pass_counts(
@@ -153,7 +153,8 @@ def filter_cmd(
 def _model_identity(model: str, model_path: Path) -> str:
     """What names the sampled weights in the pass-count log: the built folder's versioned name for tiny-arith
     (a rebuilt model must not inherit the old one's counts), the Hub id or local path otherwise."""
-    return model_path.name if model == "tiny-arith" else str(model_path)
+    built = model == "tiny-arith" or catalog.get_backbone(model).build is not None
+    return model_path.name if built else str(model_path)
 
 
 def _model_path(model: str, backbone) -> Path:
@@ -161,4 +162,8 @@ def _model_path(model: str, backbone) -> Path:
         from repro.local.model import ensure_tiny_model
 
         return ensure_tiny_model()
+    if backbone.build is not None:
+        from repro.local.registry_model import ensure_with_progress
+
+        return ensure_with_progress(backbone)
     return Path(backbone.hf_id)

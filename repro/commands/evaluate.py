@@ -95,7 +95,12 @@ def eval_cmd(
         int | None, typer.Option("--max-new-tokens", help="Default: 4096 (paper); the tiny model's own cap.")
     ] = None,
     benchmark_file: Annotated[
-        list[str] | None, typer.Option("--benchmark-file", help="NAME=PATH: read a benchmark from JSONL/Parquet.")
+        list[str] | None,
+        typer.Option(
+            "--benchmark-file",
+            help="NAME=PATH: read a benchmark from JSONL/Parquet (problem and answer fields, or verl rows). "
+            "A NAME outside the catalog is your own benchmark: sized by its file, graded by the last box.",
+        ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed.")] = 0,
     timeout: Annotated[float, typer.Option("--grading-timeout", help="Seconds per verification (hard).")] = 5.0,
@@ -103,8 +108,9 @@ def eval_cmd(
         Path | None,
         typer.Option(
             "--out",
-            help="Where records go (default: RUN/eval/..., MODEL/eval, or RUNS_ROOT/NAME/eval for a catalog "
-            "name; with --out a catalog name's results are not a model run folder that `repro collect` reads).",
+            help="Where records go (default: RUN/eval/..., RUNS_ROOT/NAME/eval for a catalog name, or "
+            "RUNS_ROOT/model-evals/FOLDER-HASH for a model folder, which is only read; with --out a catalog "
+            "name's results are not a model run folder that `repro collect` reads).",
         ),
     ] = None,
     model_path: Annotated[
@@ -157,6 +163,9 @@ def eval_cmd(
     records and summary a single process writes: every sample has its own seed, so they are identical. A
     killed shard resumes on rerun. One `repro eval` at a time writes an eval folder (`.eval.lock`).
 
+    Your own benchmark: name it in `--benchmarks` and give its file with `--benchmark-file NAME=PATH`. A model
+    folder is only read: its records go to RUNS_ROOT/model-evals/, never into the folder.
+
     Examples:
 
       repro eval runs/tiny-arith__seq-balance__standard__s0
@@ -174,6 +183,10 @@ def eval_cmd(
       repro eval runs/tiny-arith__grpo-n4__standard__s0 --shards 2   # two CPU processes
 
       repro eval /models/Qwen2.5-Math-1.5B --benchmarks math500 --benchmark-file math500=math500.jsonl
+
+      repro eval /models/my-sft --benchmarks gsm8k --benchmark-file gsm8k=gsm8k_test.jsonl   # your own
+
+      repro eval smollm2-135m-instruct --k 4        # a real 135M LLM on a CPU, built from the registry
     """
     from repro.evaluation import benchmarks as bench
     from repro.evaluation import shards as sharding
@@ -189,7 +202,7 @@ def eval_cmd(
     position = sharding.parse_shard(shard) if shard is not None else None
     files = _benchmark_files(benchmark_file or [])
     found = targets(target, all_checkpoints, out, runs_root=runs_root, model_path=model_path, checkpoints=checkpoints)
-    names = bench.resolve(benchmarks, found[0].tiny)
+    names = bench.resolve(benchmarks, found[0].tiny, files)
     err = stderr_console()
     loaded = {name: bench.load_benchmark(name, files.get(name)) for name in names}
     if position is None:
@@ -280,8 +293,10 @@ def _plan(backend: str, tgt, max_new_tokens: int | None) -> _Plan:
     if chosen == "auto":
         import torch
 
-        chosen = "vllm" if (torch.cuda.is_available() and not tgt.tiny) else "transformers"
-    tokens = max_new_tokens or (16 if tgt.tiny else 4096)
+        cpu = tgt.tiny or (tgt.backbone is not None and catalog.get_backbone(tgt.backbone).device == "cpu")
+        chosen = "vllm" if (torch.cuda.is_available() and not cpu) else "transformers"
+    listed = catalog.get_backbone(tgt.backbone).eval_max_new_tokens if tgt.backbone is not None else None
+    tokens = max_new_tokens or listed or (16 if tgt.tiny else 4096)
     if tgt.backbone is not None:
         template = template_for(tgt.backbone)
         tp = catalog.get_backbone(tgt.backbone).eval_tensor_parallel_size

@@ -120,6 +120,11 @@ def run(
     catalog.get_method(method)
     prompt_set = prompt_set or backbone.prompt_set
     catalog.get_prompt_set(prompt_set)
+    if backbone.build is not None:
+        raise ReproError(
+            f"training {model} is not wired into the trainers yet (issue 22); `repro eval {model}` and "
+            f"`repro data filter --model {model}` run it"
+        )
     engine = engine or ("local" if backbone.device == "cpu" else "verl")
     if engine not in ENGINES:
         raise ReproError(f"unknown engine {engine!r}; valid engines: {', '.join(ENGINES)}")

@@ -1,4 +1,5 @@
-"""The evaluation benchmarks: the paper's four (from the Hub or a local file) and the tiny-arith tiers.
+"""The evaluation benchmarks: the paper's four (from the Hub or a local file), the tiny-arith tiers, and a
+user's own (any other name, from its `--benchmark-file`, graded by the default mode, sized by its file).
 
 Every loader returns the same `Problem` rows and checks the size: a benchmark that silently lost or
 gained problems would shift Ave@32 and the weighted average without anyone noticing.
@@ -10,6 +11,7 @@ when that copy cannot be loaded, and `load_benchmark` says which one was used so
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -76,21 +78,31 @@ def generation_setting(name: str) -> Any:
     return settings[name]["value"]
 
 
+def in_catalog(name: str) -> bool:
+    return name in TINY_BENCHMARKS or name in sources()
+
+
 def expected_size(name: str) -> int:
     if name in TINY_BENCHMARKS:
         return int(tiny_arith.TIERS[name]["size"])
     if name in sources():
         return int(sources()[name]["problems"])
-    raise unknown_name("benchmark", name, [*PAPER_BENCHMARKS, *TINY_BENCHMARKS])
+    raise ReproError(
+        f"{unknown_name('benchmark', name, [*PAPER_BENCHMARKS, *TINY_BENCHMARKS])}; "
+        f"for your own benchmark pass its file too: --benchmark-file {name}=PATH"
+    )
 
 
-def resolve(names: str, backbone_is_tiny: bool) -> list[str]:
-    """`all` means the paper's four for real models and the four tiny tiers for tiny-arith."""
+def resolve(names: str, backbone_is_tiny: bool, files: Mapping[str, Path] | None = None) -> list[str]:
+    """`all` means the paper's four for real models and the four tiny tiers for tiny-arith. A name outside
+    the catalog is a user's own benchmark when `files` gives its file (size taken from the file)."""
+    files = files or {}
     if names == "all":
         return list(TINY_BENCHMARKS if backbone_is_tiny else PAPER_BENCHMARKS)
     out = [n.strip() for n in names.split(",") if n.strip()]
     for name in out:
-        expected_size(name)
+        if name not in files:
+            expected_size(name)
     return out
 
 
@@ -141,9 +153,17 @@ def _checked(name: str, problems: list[Problem]) -> list[Problem]:
     ids = [p.problem_id for p in problems]
     if len(set(ids)) != len(ids):
         problems = [Problem(p.benchmark, str(i), p.problem, p.answer) for i, p in enumerate(problems)]
+    if not in_catalog(name):  # a user's own benchmark: its size is the file's
+        if not problems:
+            raise ReproError(f"{name}: the benchmark file has no problems")
+        return problems
     size = expected_size(name)
     if len(problems) != size:
-        raise ReproError(f"{name} has {len(problems)} problems, expected {size}; check the file or the Hub copy")
+        raise ReproError(
+            f"{name} has {len(problems)} problems, expected {size}; check the file or the Hub copy "
+            f"(for a subset or another set, give it your own name: --benchmarks my-{name} "
+            f"--benchmark-file my-{name}=PATH)"
+        )
     return problems
 
 
@@ -153,7 +173,8 @@ def load_benchmark(name: str, local_file: Path | None = None) -> Loaded:
     A local file wins; otherwise the Hub alternatives are tried in order and the first that loads is used
     (its size is then checked: a wrong-sized copy is an error, not a reason to try the next one).
     """
-    expected_size(name)
+    if local_file is None:
+        expected_size(name)
     if name in TINY_BENCHMARKS and local_file is None:
         path = tiny_arith.ensure_data(0)[name]
         problems = _from_rows(name, read_rows(Path(path), "benchmark file"), {})

