@@ -100,6 +100,8 @@ run, mode = pathlib.Path(sys.argv[1]), sys.argv[2]
 for _ in range(400):
     if mode == "honour" and (run / ".stop-request.json").exists():
         sys.exit(75)
+    if mode == "finish" and (run / ".stop-request.json").exists():
+        sys.exit(0)  # the last step ended as the warning came: the run is finished, nothing to stop
     time.sleep(0.05)
 sys.exit(3)
 """
@@ -158,6 +160,12 @@ def test_the_last_allocation_is_not_requeued(tmp_path) -> None:
     code, out, calls, _ = _bash_job(tmp_path, "honour", restart=3, send=["USR1"])
     assert (code, calls) == (STOPPED_EXIT, ""), out
     assert "allocation 4 was the last of 4" in out
+
+
+def test_a_warning_the_finishing_cell_did_not_need_leaves_no_request(tmp_path) -> None:
+    code, out, calls, seen = _bash_job(tmp_path, "finish", restart=0, send=["USR1"])
+    assert seen is not None and (code, calls) == (0, ""), out
+    assert not (tmp_path / "run" / STOP_REQUEST).exists()  # else a later attempt of this job would stop at once
 
 
 def test_a_cancel_is_not_requeued(tmp_path) -> None:

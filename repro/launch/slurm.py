@@ -138,6 +138,8 @@ def continuation_tail() -> list[str]:
         "  code=$status",
         '  [[ -n "$signalled" ]] || break  # the cell has exited with $code',
         "done",
+        "# a warning that came as the cell was finishing (or failing) asked for nothing it could still do",
+        f'(( code == {STOPPED_EXIT} )) || rm -f "$stop_file"',
         f'if [[ $code -eq {STOPPED_EXIT} && -n "$warned" && -z "$terminated" ]]; then',
         "  # stopped after a saved step because this allocation is ending, and the run is not finished",
         "  if (( allocation < max_allocations )); then",
