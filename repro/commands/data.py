@@ -158,12 +158,7 @@ def _model_identity(model: str, model_path: Path) -> str:
 
 
 def _model_path(model: str, backbone) -> Path:
-    if model == "tiny-arith":
-        from repro.local.model import ensure_tiny_model
+    """The weights the filter samples (a seam the tests replace with a local model)."""
+    from repro.local.weights import backbone_weights
 
-        return ensure_tiny_model()
-    if backbone.build is not None:
-        from repro.local.registry_model import ensure_with_progress
-
-        return ensure_with_progress(backbone)
-    return Path(backbone.hf_id)
+    return Path(backbone_weights(backbone))

@@ -182,14 +182,10 @@ def _named(name: str, runs_root: Path, out: Path | None, model_path: Path | None
         weights: Path | str = model_path
     elif hub_id is not None:
         weights = hub_id
-    elif catalog.get_backbone(backbone).build is not None:  # a real LLM from the package registry
-        from repro.local.registry_model import ensure_with_progress
+    else:  # a CPU backbone: nothing to download from the Hub, built on first use
+        from repro.local.weights import backbone_weights
 
-        weights = ensure_with_progress(catalog.get_backbone(backbone))
-    else:  # the CPU miniature: nothing to download, built on first use
-        from repro.local.model import ensure_tiny_model
-
-        weights = ensure_tiny_model()
+        weights = backbone_weights(catalog.get_backbone(backbone))
     marker["weights"] = str(weights)
     tiny = _tiny_task(backbone)
     out_dir = out or Path(runs_root) / key / "eval"

