@@ -129,7 +129,7 @@ def _built_backbone(path: Path) -> str | None:
     return key if key in catalog.backbones() else None
 
 
-def _tiny_task(backbone: str | None) -> bool:
+def tiny_task(backbone: str | None) -> bool:
     """A backbone evaluated on tiny-arith's tiers (`--benchmarks all`) with the CPU defaults."""
     from repro import catalog
 
@@ -138,7 +138,7 @@ def _tiny_task(backbone: str | None) -> bool:
 
 def _built_tiny(path: Path) -> bool:
     """A model folder this project built for a tiny-arith-task backbone (its build record says which)."""
-    return _tiny_task(_built_backbone(path))
+    return tiny_task(_built_backbone(path))
 
 
 def _run_backbone(path: Path, config: dict) -> str | None:
@@ -187,7 +187,7 @@ def _named(name: str, runs_root: Path, out: Path | None, model_path: Path | None
 
         weights = backbone_weights(catalog.get_backbone(backbone))
     marker["weights"] = str(weights)
-    tiny = _tiny_task(backbone)
+    tiny = tiny_task(backbone)
     out_dir = out or Path(runs_root) / key / "eval"
     return EvalTarget(weights, out_dir, key, tiny, backbone, None if out is not None else marker)
 
@@ -258,7 +258,7 @@ def targets(
         run = RunDir(path)
         config = run.config()
         backbone = _run_backbone(path, config)
-        tiny = "tiny-arith" in path.name or _tiny_task(backbone)
+        tiny = "tiny-arith" in path.name or tiny_task(backbone)
         steps = sorted(
             int(p.name.removeprefix("global_step_"))
             for p in (path / "checkpoints").glob("global_step_*")

@@ -81,10 +81,12 @@ def wanted_steps(run_dir: Path, spec: EvalSpec) -> list[int]:
 
 
 def _tiny(run_dir: Path) -> bool:
+    """What `--benchmarks all` means for this run, decided as `repro eval` decides it."""
     from repro import catalog
+    from repro.evaluation.runner import tiny_task
 
     backbone = run_dir.name.split("__")[0]
-    return backbone in catalog.backbones() and catalog.get_backbone(backbone).device == "cpu"
+    return tiny_task(backbone if backbone in catalog.backbones() else None)
 
 
 def _summary_ok(path: Path, spec: EvalSpec, names: Sequence[str]) -> dict | None:
