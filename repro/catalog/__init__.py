@@ -227,6 +227,13 @@ class PromptTemplate:
     def user_suffix(self) -> str:
         return self.settings["user_suffix"].value
 
+    @property
+    def examples(self) -> tuple[tuple[str, str], ...]:
+        """Worked (user, assistant) turns placed before the problem: a small instruct model needs one
+        shown answer to learn the boxed format a larger one follows from the instruction alone."""
+        setting = self.settings.get("examples")
+        return tuple((str(u), str(a)) for u, a in setting.value) if setting is not None else ()
+
 
 @dataclass(frozen=True)
 class Benchmark:
@@ -341,6 +348,14 @@ def cpu_resources(backbone: str) -> tuple[dict[str, Setting], dict[str, Setting]
         raise unknown_name("CPU backbone", backbone, table)
     resources, overrides = table[backbone]
     return dict(resources), dict(overrides)
+
+
+def cpu_scaling(backbone: str) -> dict[str, Setting]:
+    """The paper's training settings a CPU backbone's rehearsal changes, with the reasons (cpu_scaling.yaml)."""
+    table = _cpu_scaling()
+    if backbone not in table:
+        raise unknown_name("CPU backbone", backbone, table)
+    return dict(table[backbone])
 
 
 def prompt_templates() -> dict[str, PromptTemplate]:
@@ -509,6 +524,18 @@ def _cpu_resources() -> Mapping[str, tuple[Settings, Settings]]:
     return MappingProxyType(out)
 
 
+@functools.cache
+def _cpu_scaling() -> Mapping[str, Settings]:
+    filename = "cpu_scaling.yaml"
+    data = _read(filename)
+    cpu = {k for k, b in _backbones().items() if b.device == "cpu"}
+    if set(data) != cpu:
+        raise CatalogError(f"{filename}: must list exactly the CPU backbones {sorted(cpu)}, got {sorted(data)}")
+    return MappingProxyType(
+        {name: _settings(_mapping(entry, f"{filename}: {name}"), f"{filename}: {name}") for name, entry in data.items()}
+    )
+
+
 # The parsers take already-loaded YAML, so tests can feed them broken data directly.
 
 
@@ -657,10 +684,18 @@ def _parse_prompt_templates(data: Mapping[str, Any], filename: str) -> dict[str,
         where = f"{filename}: {key}"
         entry = dict(_mapping(raw, where))
         description = _text(entry.pop("description", None), f"{where}.description")
-        settings = _settings(entry, where, required=("system", "user_suffix"), allowed=("system", "user_suffix"))
+        settings = _settings(
+            entry, where, required=("system", "user_suffix"), allowed=("system", "user_suffix", "examples")
+        )
         for name in ("system", "user_suffix"):
             if not isinstance(settings[name].value, str):
                 raise CatalogError(f"{where}.{name}: must be text (empty text for none)")
+        if "examples" in settings:
+            pairs = settings["examples"].value
+            if not isinstance(pairs, list) or not all(
+                isinstance(p, list) and len(p) == 2 and all(isinstance(t, str) and t for t in p) for p in pairs
+            ):
+                raise CatalogError(f"{where}.examples: must be a list of [user, assistant] text pairs")
         out[key] = PromptTemplate(key, description, settings)
     return out
 

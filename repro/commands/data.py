@@ -113,6 +113,7 @@ def filter_cmd(
                 out_dir / "samples.jsonl",
                 on_done=lambda n: progress.advance(task, n),
                 model=_model_identity(model, model_path),
+                template=template.key,
                 reuse=sorted(out_dir.parent.glob(f"{model}-*/samples.jsonl")),
             )
         limit_correct = pass_rate * base_samples

@@ -15,7 +15,9 @@ from rich.progress import TextColumn
 from repro import catalog
 from repro.cell_config import (
     build_cpu_config,
+    check_model_path,
     fetch_hub_inputs,
+    model_path_label,
     parse_sets,
     resolve_cpu_config,
     verl_run,
@@ -83,6 +85,14 @@ def run(
     wandb: Annotated[
         bool, typer.Option("--wandb", help="Also log to Weights & Biases (the same as adding wandb to --logger).")
     ] = False,
+    model_path: Annotated[
+        str | None,
+        typer.Option(
+            "--model-path",
+            help="Train these weights (a local Hugging Face folder or a Hub id) with the settings of the backbone "
+            "--model names (its template, hyperparameters, resources); the cell is named MODEL+FOLDER_NAME.",
+        ),
+    ] = None,
     engine: Annotated[
         str | None,
         typer.Option(
@@ -112,6 +122,10 @@ def run(
 
       repro run --model qwen2.5-math-1.5b --method seq-balance --dry-run   # the verl command for a GPU cell
 
+      repro run --model qwen2.5-math-7b --method grpo-n4 --model-path /ckpt/my-sft   # own weights, 7B settings
+
+      repro run --model smollm2-135m-instruct --method seq-balance --engine verl --steps 2   # a real LLM on CPU
+
     GPU backbones run verl 0.9.1 with the Reinforce-Ada plugin (`pip install -e .[gpu]` on the GPU machine);
     `--set key=value` then takes dotted verl config keys.
     """
@@ -120,18 +134,20 @@ def run(
     catalog.get_method(method)
     prompt_set = prompt_set or backbone.prompt_set
     catalog.get_prompt_set(prompt_set)
-    if backbone.build is not None:
-        raise ReproError(
-            f"training {model} is not wired into the trainers yet (issue 22); `repro eval {model}` and "
-            f"`repro data filter --model {model}` run it"
-        )
     engine = engine or ("local" if backbone.device == "cpu" else "verl")
     if engine not in ENGINES:
         raise ReproError(f"unknown engine {engine!r}; valid engines: {', '.join(ENGINES)}")
     if engine == "local" and backbone.device != "cpu":
         raise ReproError(f"{model} trains with verl on GPUs; drop --engine local (it is for tiny-arith)")
+    if model_path is not None:
+        if engine == "local":
+            raise ReproError(
+                "--model-path trains through verl's trainer; add --engine verl (the CPU trainer keeps its own models)"
+            )
+        check_model_path(model_path)
     if engine == "verl":
-        path = run_dir or runs_root / cell_name(model, method, prompt_set, seed)
+        label = model_path_label(model, model_path) if model_path else model
+        path = run_dir or runs_root / cell_name(label, method, prompt_set, seed)
         verl_sets = {**parse_sets(sets or []), **verl_size_sets(steps, batch)}
         _run_verl(
             model,
@@ -146,6 +162,7 @@ def run(
             verl_sets,
             overwrite,
             dry_run,
+            model_path,
         )
         return
     path = run_dir or runs_root / cell_name(model, method, prompt_set, seed)
@@ -161,18 +178,17 @@ def run(
 def _train(config, path: Path, overwrite: bool, note: str | None, loggers: tuple[str, ...]) -> None:
     from repro.launch.allocations import STOPPED_EXIT, clear_stale_request, discard_request, stop_reason
     from repro.launch.attempt import launcher_from_env
-    from repro.local.model import TinyModelSpec
     from repro.local.trainer import CpuTrainer, StopRequested
+    from repro.local.weights import ensure_built
     from repro.tasks.tiny_arith import ensure_data
 
     err = stderr_console()
-    spec = TinyModelSpec()
     # validate the run folder before spending a minute building anything
     rundir = RunDir.prepare(path, config.to_dict(), ["repro", *sys.argv[1:]], overwrite=overwrite)
     if note:
         err.print(note)
-    ensure_data(config.data["data_seed"])
-    _build_tiny_model(Path(config.model["path"]), spec, err)
+    ensure_data(config.data["data_seed"], backbone=config.backbone)
+    ensure_built(catalog.get_backbone(config.backbone))
     launcher, job_id = launcher_from_env()
     metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id)
     clear_stale_request(path, job_id)
@@ -228,7 +244,19 @@ def _train(config, path: Path, overwrite: bool, note: str | None, loggers: tuple
 
 
 def _run_verl(
-    model, method, prompt_set, seed, path: Path, preset, train_file, val_file, loggers, sets, overwrite, dry_run
+    model,
+    method,
+    prompt_set,
+    seed,
+    path: Path,
+    preset,
+    train_file,
+    val_file,
+    loggers,
+    sets,
+    overwrite,
+    dry_run,
+    model_path=None,
 ) -> None:
     from repro.launch.attempt import run_attempt
     from repro.verl_plugin.config_builder import shell_command
@@ -239,6 +267,7 @@ def _run_verl(
         prompt_set,
         seed,
         path,
+        model_path=model_path,
         preset=preset,
         train_file=train_file,
         val_file=val_file,
@@ -264,7 +293,7 @@ def _run_verl(
     import torch
 
     if catalog.get_backbone(model).device == "cpu":
-        _prepare_cpu_inputs(spec)
+        _prepare_cpu_inputs(model, build=model_path is None)
     elif not torch.cuda.is_available():
         raise ReproError(
             f"{model} needs CUDA GPUs and none is visible here; use --dry-run to print the command, "
@@ -282,22 +311,12 @@ def _run_verl(
         raise typer.Exit(code)
 
 
-def _prepare_cpu_inputs(spec) -> None:
-    """A CPU rehearsal builds the tiny model and data on first use, as the local engine does."""
-    from repro.local.model import TinyModelSpec
+def _prepare_cpu_inputs(model: str, build: bool = True) -> None:
+    """A CPU rehearsal builds its model (unless `--model-path` gives one) and data on first use, as the
+    local engine does."""
+    from repro.local.weights import ensure_built
     from repro.tasks.tiny_arith import ensure_data
 
-    ensure_data(0)
-    values = dict(item.split("=", 1) for item in spec.overrides)
-    _build_tiny_model(Path(values["actor_rollout_ref.model.path"]), TinyModelSpec(), stderr_console())
-
-
-def _build_tiny_model(folder: Path, spec, err) -> None:
-    """The tiny-arith model, built with a progress bar unless `folder` already holds a finished one."""
-    from repro.local.model import ensure_tiny_model
-
-    if (folder / "COMPLETE").exists():
-        return
-    with progress_bar(err) as progress:
-        task = progress.add_task("building the tiny-arith model (first use only)", total=spec.sft_steps)
-        ensure_tiny_model(spec=spec, progress=lambda _s, done, total: progress.update(task, completed=done))
+    ensure_data(0, backbone=model)
+    if build:
+        ensure_built(catalog.get_backbone(model))

@@ -23,7 +23,7 @@ import numpy as np
 from repro import catalog
 from repro.atomic import append_lines, drop_torn_tail, write_text
 from repro.errors import ReproError
-from repro.prompting import chat_messages, problem_text
+from repro.prompting import chat_messages, last_user_turn, problem_text
 from repro.reward import compute_score
 
 
@@ -50,7 +50,7 @@ def candidates_from_rows(rows: list[dict], source: str, template: catalog.Prompt
     out = []
     for row in rows:
         if is_verl_row(row):
-            user = next(m["content"] for m in row["prompt"] if m["role"] == "user")
+            user = last_user_turn(row["prompt"])
             problem = problem_text(user, template)
             answer = str(row["reward_model"]["ground_truth"])
             out.append(Candidate(_key(problem), problem, answer, None, str(row.get("data_source", "released"))))
@@ -113,6 +113,7 @@ def sample_pass_counts(
     on_done: Callable[[int], None] | None = None,
     *,
     model: str = "",
+    template: str = "",
     reuse: Sequence[Path] = (),
 ) -> dict[str, int]:
     """Correct answers out of `samples` per prompt; resumable through the append-only `log`.
@@ -120,8 +121,9 @@ def sample_pass_counts(
     A pass count is a fact about the base model and the prompt, not about the threshold that keeps it, so
     counts logged by another prompt set's filter (`reuse`: the hard set after the standard set) with the
     same model, samples and seed are taken too and copied into `log`: the base model samples each prompt
-    once, which on a real backbone is most of the filter's GPU time."""
-    fingerprint = {"model": model, "samples": samples, "seed": seed}
+    once, which on a real backbone is most of the filter's GPU time. The prompt template is part of the
+    fingerprint: the same model asked another way is another pass rate."""
+    fingerprint = {"model": model, "template": template, "samples": samples, "seed": seed}
     counts = _logged_counts(log, fingerprint, own=True)
     borrowed: dict[str, int] = {}
     wanted = {r.key for r in rows}

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from repro.errors import ReproError, unknown_name
+from repro.prompting import last_user_turn
 from repro.rows import read_rows
 from repro.tasks import tiny_arith
 
@@ -124,7 +125,7 @@ def _from_rows(name: str, rows: list[dict], mapping: dict, offset: int = 0) -> l
     for i, row in enumerate(rows):
         if "prompt" in row and "reward_model" in row:  # verl row format
             messages = list(row["prompt"])
-            problem = next(m["content"] for m in messages if m["role"] == "user")
+            problem = last_user_turn(messages)
             answer = row["reward_model"]["ground_truth"]
             pid = (row.get("extra_info") or {}).get("index", i)
         else:

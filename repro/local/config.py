@@ -15,16 +15,11 @@ from repro.tasks.tiny_arith import TIERS
 
 HELDOUT_MAX_PER_TIER = min(int(t["size"]) for t in TIERS.values())
 
-# name -> (CPU value, why); the paper's value is read from the catalog when one exists
-CPU_SCALING: dict[str, tuple[Any, str]] = {
-    "train_prompt_batch_size": (32, "512 prompts per step is GPU-scale; 32 keeps a step to about a second"),
-    "ppo_mini_batch_size": (8, "keeps the paper's 4 PPO updates per step (512/128 = 32/8)"),
-    "total_training_steps": (100, "minutes on 2 cores instead of days on 8 GPUs"),
-    "lr": (3e-4, "an 80k-parameter model trained from scratch needs a far larger step than a 1.5B LLM"),
-    "lr_warmup_steps": (3, "the paper's 10 of 600 steps, scaled to the shorter run"),
-    "max_prompt_length": (48, "tiny-arith prompts are under 30 characters"),
-    "max_response_length": (16, "a tiny-arith answer is \\boxed{N} and an end token"),
-}
+
+def cpu_scaling(backbone: str) -> dict[str, tuple[Any, str]]:
+    """name -> (CPU value, why) for a CPU backbone (repro/catalog/cpu_scaling.yaml); the paper's value is
+    read from hyperparameters.yaml."""
+    return {name: (setting.value, setting.source) for name, setting in catalog.cpu_scaling(backbone).items()}
 
 
 @dataclass(frozen=True)
@@ -53,12 +48,13 @@ class CpuTrainConfig:
     heldout_samples: int = 4
 
     @classmethod
-    def from_catalog(cls, overrides: dict[str, Any]) -> CpuTrainConfig:
+    def from_catalog(cls, overrides: dict[str, Any], backbone: str = "tiny-arith") -> CpuTrainConfig:
         shared = catalog.hyperparameters()
+        scaling = cpu_scaling(backbone)
         values: dict[str, Any] = {}
         for f in fields(cls):
-            if f.name in CPU_SCALING:
-                values[f.name] = CPU_SCALING[f.name][0]
+            if f.name in scaling:
+                values[f.name] = scaling[f.name][0]
             elif f.name in shared:
                 values[f.name] = shared[f.name].value
         known = {f.name for f in fields(cls)}
@@ -116,10 +112,10 @@ class RunConfig:
         return out
 
 
-def scaled_record(train: CpuTrainConfig) -> dict[str, dict[str, Any]]:
+def scaled_record(train: CpuTrainConfig, backbone: str = "tiny-arith") -> dict[str, dict[str, Any]]:
     shared = catalog.hyperparameters()
     out = {}
-    for name, (_, why) in CPU_SCALING.items():
+    for name, (_, why) in cpu_scaling(backbone).items():
         paper = shared[name].value if name in shared else None
         out[name] = {"paper": paper, "cpu": getattr(train, name), "why": why}
     return out

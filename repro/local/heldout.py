@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from repro import catalog
 from repro.local.generate import sample
 
 ACCURACY = "heldout/accuracy"
@@ -72,10 +73,17 @@ def score(text: str, answer: str) -> float:
 class HeldoutEval:
     """Scores a model on the held-out set; the prompts are tokenized once, as the eval generator does it."""
 
-    def __init__(self, tokenizer, problems: list[HeldoutProblem], samples: int, max_new_tokens: int) -> None:
+    def __init__(
+        self,
+        tokenizer,
+        problems: list[HeldoutProblem],
+        samples: int,
+        max_new_tokens: int,
+        template: catalog.PromptTemplate | None = None,
+    ) -> None:
         from repro.prompting import chat_messages, template_for
 
-        template = template_for("tiny-arith")
+        template = template or template_for("tiny-arith")
         self.tokenizer = tokenizer
         self.problems = problems
         self.samples = int(samples)

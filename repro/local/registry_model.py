@@ -111,6 +111,9 @@ def convert(gguf: Path, build: dict, out: Path) -> dict:
         bos_token_id=ids.get("bos"), eos_token_id=ids["eos"], pad_token_id=ids["pad"]
     )
     model.to(getattr(torch, build["dtype"]))
+    # the GGUF conversion writes True, which transformers 5 ignores for a BPE tokenizer ("destructive for
+    # BPE") with a warning in every process that loads it (verl's reward workers too): decoding is the same
+    tokenizer.clean_up_tokenization_spaces = False
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return {

@@ -42,6 +42,7 @@ from repro.local.heldout import HeldoutEval, heldout_problems, is_eval_step
 from repro.local.model import quiet_transformers
 from repro.local.ppo import PPOSettings, actor_config, ppo_update, select
 from repro.loggers import ALWAYS, TENSORBOARD_ENV, TENSORBOARD_FOLDER, tracking_backends
+from repro.prompting import template_for
 from repro.reward import compute_score
 from repro.rundir import MetricsWriter, RunDir
 from repro.sampling import BetaBernoulliEstimator, SamplerSpec, StepSampler, make_estimator
@@ -163,7 +164,9 @@ class CpuTrainer:
         self.spec = SamplerSpec.from_dict(config.sampler)
         model_path = config.model["path"]
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path)
+        # fp32 whatever the checkpoint's config says (SmolLM2's says bfloat16): the update runs in fp32, as
+        # verl's FSDP keeps fp32 master weights
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
         self.model.eval()
         self.prompts = load_prompts(Path(config.data["folder"]) / "train.parquet", self.tokenizer)
         self.loader = EpochLoader(len(self.prompts), config.seed)
@@ -188,7 +191,11 @@ class CpuTrainer:
         if self.train.eval_every:
             problems = heldout_problems(self.train.heldout_per_tier)
             self.heldout = HeldoutEval(
-                self.tokenizer, problems, self.train.heldout_samples, self.train.max_response_length
+                self.tokenizer,
+                problems,
+                self.train.heldout_samples,
+                self.train.max_response_length,
+                template_for(config.backbone),
             )
         self.step = 0
 
@@ -221,7 +228,7 @@ class CpuTrainer:
         if latest is None:
             return None
         step, folder = latest
-        self.model = AutoModelForCausalLM.from_pretrained(folder / "model")
+        self.model = AutoModelForCausalLM.from_pretrained(folder / "model", dtype=torch.float32)
         self.model.eval()
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=self.train.lr, weight_decay=self.train.weight_decay

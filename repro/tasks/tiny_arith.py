@@ -96,13 +96,14 @@ def sample_problems(
     return out
 
 
-def verl_row(problem: Problem, split: str, index: int, data_source: str) -> dict:
-    """One row in verl's RL dataset format (PROTOCOL.md), with the tiny-arith backbone's prompt template."""
+def verl_row(problem: Problem, split: str, index: int, data_source: str, backbone: str = "tiny-arith") -> dict:
+    """One row in verl's RL dataset format (PROTOCOL.md), with the prompt template of the backbone that
+    trains on it (tiny-arith's own, or a real LLM's on the same problems)."""
     from repro.prompting import chat_messages, template_for
 
     return {
         "data_source": data_source,
-        "prompt": chat_messages(problem.question, template_for("tiny-arith")),
+        "prompt": chat_messages(problem.question, template_for(backbone)),
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": problem.answer},
         "extra_info": {"split": split, "index": index, "level": problem.level},
@@ -133,7 +134,7 @@ def build(seed: int = 0, train_scale: float = 1.0) -> TinyArithData:
     return TinyArithData([train[i] for i in order], tiers)
 
 
-def write_parquet(data: TinyArithData, folder: Path) -> dict[str, Path]:
+def write_parquet(data: TinyArithData, folder: Path, backbone: str = "tiny-arith") -> dict[str, Path]:
     """train.parquet plus one parquet per test tier, written atomically (temp file + rename); the temp
     name is per process, so cells of a sweep that build the data at once on an empty $REPRO_HOME write the
     same bytes side by side instead of renaming each other's half-written file away."""
@@ -142,9 +143,9 @@ def write_parquet(data: TinyArithData, folder: Path) -> dict[str, Path]:
     import pandas as pd
 
     folder.mkdir(parents=True, exist_ok=True)
-    files = {"train": [verl_row(p, "train", i, DATA_SOURCE) for i, p in enumerate(data.train)]}
+    files = {"train": [verl_row(p, "train", i, DATA_SOURCE, backbone) for i, p in enumerate(data.train)]}
     for name, problems in data.tiers.items():
-        files[name] = [verl_row(p, "test", i, name) for i, p in enumerate(problems)]
+        files[name] = [verl_row(p, "test", i, name, backbone) for i, p in enumerate(problems)]
     out = {}
     for name, rows in files.items():
         path = folder / f"{name}.parquet"
@@ -158,16 +159,21 @@ def write_parquet(data: TinyArithData, folder: Path) -> dict[str, Path]:
 DATA_VERSION = 3
 
 
-def data_folder(seed: int = 0, home: Path | None = None) -> Path:
+def data_folder(seed: int = 0, home: Path | None = None, backbone: str = "tiny-arith") -> Path:
+    """The task's files for a backbone: the same problems, the rows' chat in the backbone's prompt template
+    (the folder's name says which template when it is not tiny-arith's own)."""
     from repro.paths import repro_home
+    from repro.prompting import template_for
 
-    return (home or repro_home()) / "data" / f"tiny-arith-v{DATA_VERSION}-s{seed}"
+    template = template_for(backbone).key
+    suffix = "" if template == "tiny" else f"-{template}"
+    return (home or repro_home()) / "data" / f"tiny-arith-v{DATA_VERSION}-s{seed}{suffix}"
 
 
-def ensure_data(seed: int = 0, home: Path | None = None) -> dict[str, Path]:
+def ensure_data(seed: int = 0, home: Path | None = None, backbone: str = "tiny-arith") -> dict[str, Path]:
     """The task's Parquet files, generated on first use into $REPRO_HOME/data and reused afterwards."""
-    folder = data_folder(seed, home)
+    folder = data_folder(seed, home, backbone)
     names = ["train", *TIERS]
     if all((folder / f"{n}.parquet").exists() for n in names):
         return {n: folder / f"{n}.parquet" for n in names}
-    return write_parquet(build(seed), folder)
+    return write_parquet(build(seed), folder, backbone)

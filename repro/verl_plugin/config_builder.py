@@ -52,20 +52,20 @@ class VerlCell:
     metrics_file: str = ""
     wandb: bool = False  # the old --wandb flag: adds wandb to `loggers`
     overrides: dict[str, Any] = field(default_factory=dict)
-    model_path: str = ""  # a CPU backbone's local model folder (GPU backbones load their Hub id)
+    model_path: str = ""  # a CPU backbone's local model folder, or the user's `--model-path` (else the Hub id)
+    label: str = ""  # the cell's backbone field when the weights are not the backbone's own (`--model-path`)
     loggers: tuple[str, ...] = ()  # repro.loggers names; console and file are always in trainer.logger
 
     @property
     def name(self) -> str:
-        return cell_name(self.backbone, self.method, self.prompt_set, self.seed)
+        return cell_name(self.label or self.backbone, self.method, self.prompt_set, self.seed)
 
 
-def _hp(name: str, preset: str) -> Any:
+def _hp(name: str, preset: str, backbone: str = "") -> Any:
     if preset == CPU_PRESET:
-        from repro.local.config import CPU_SCALING
-
-        if name in CPU_SCALING:
-            return CPU_SCALING[name][0]
+        scaling = catalog.cpu_scaling(backbone)
+        if name in scaling:
+            return scaling[name].value
         preset = "paper"
     setting = catalog.hyperparameters()[name]
     if preset == "released" and setting.released is not None:
@@ -239,46 +239,46 @@ def build_overrides(cell: VerlCell) -> list[str]:
     o: dict[str, Any] = {
         "data.train_files": cell.train_file,
         "data.val_files": cell.val_file,
-        "data.train_batch_size": _hp("train_prompt_batch_size", p),
-        "data.max_prompt_length": _hp("max_prompt_length", p),
-        "data.max_response_length": _hp("max_response_length", p),
+        "data.train_batch_size": _hp("train_prompt_batch_size", p, cell.backbone),
+        "data.max_prompt_length": _hp("max_prompt_length", p, cell.backbone),
+        "data.max_response_length": _hp("max_response_length", p, cell.backbone),
         "data.seed": cell.seed,
         "actor_rollout_ref.model.path": cell.model_path or backbone.hf_id,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": _hp("ppo_mini_batch_size", p),
+        "actor_rollout_ref.actor.ppo_mini_batch_size": _hp("ppo_mini_batch_size", p, cell.backbone),
         "actor_rollout_ref.actor.use_dynamic_bsz": True,
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": res["actor.ppo_max_token_len_per_gpu"],
-        "actor_rollout_ref.actor.optim.lr": _hp("lr", p),
-        "actor_rollout_ref.actor.optim.lr_warmup_steps": _hp("lr_warmup_steps", p),
-        "actor_rollout_ref.actor.optim.lr_scheduler_type": _hp("lr_schedule", p),
-        "actor_rollout_ref.actor.optim.weight_decay": _hp("weight_decay", p),
-        "actor_rollout_ref.actor.optim.clip_grad": _hp("grad_clip", p),
-        "actor_rollout_ref.actor.clip_ratio_low": _hp("clip_ratio_low", p),
-        "actor_rollout_ref.actor.clip_ratio_high": _hp("clip_ratio_high", p),
-        "actor_rollout_ref.actor.loss_agg_mode": _hp("loss_agg_mode", p),
-        "actor_rollout_ref.actor.entropy_coeff": _hp("entropy_coeff", p),
-        "actor_rollout_ref.actor.use_kl_loss": _hp("use_kl_loss", p),
+        "actor_rollout_ref.actor.optim.lr": _hp("lr", p, cell.backbone),
+        "actor_rollout_ref.actor.optim.lr_warmup_steps": _hp("lr_warmup_steps", p, cell.backbone),
+        "actor_rollout_ref.actor.optim.lr_scheduler_type": _hp("lr_schedule", p, cell.backbone),
+        "actor_rollout_ref.actor.optim.weight_decay": _hp("weight_decay", p, cell.backbone),
+        "actor_rollout_ref.actor.optim.clip_grad": _hp("grad_clip", p, cell.backbone),
+        "actor_rollout_ref.actor.clip_ratio_low": _hp("clip_ratio_low", p, cell.backbone),
+        "actor_rollout_ref.actor.clip_ratio_high": _hp("clip_ratio_high", p, cell.backbone),
+        "actor_rollout_ref.actor.loss_agg_mode": _hp("loss_agg_mode", p, cell.backbone),
+        "actor_rollout_ref.actor.entropy_coeff": _hp("entropy_coeff", p, cell.backbone),
+        "actor_rollout_ref.actor.use_kl_loss": _hp("use_kl_loss", p, cell.backbone),
         "actor_rollout_ref.actor.fsdp_config.param_offload": res["actor.fsdp_config.param_offload"],
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload": res["actor.fsdp_config.optimizer_offload"],
         "actor_rollout_ref.rollout.name": "vllm",
         "actor_rollout_ref.rollout.n": rollout_n(spec),
-        "actor_rollout_ref.rollout.temperature": _hp("temperature", p),
-        "actor_rollout_ref.rollout.top_p": _hp("top_p", p),
+        "actor_rollout_ref.rollout.temperature": _hp("temperature", p, cell.backbone),
+        "actor_rollout_ref.rollout.top_p": _hp("top_p", p, cell.backbone),
         "actor_rollout_ref.rollout.tensor_model_parallel_size": res["rollout.tensor_model_parallel_size"],
         "actor_rollout_ref.rollout.gpu_memory_utilization": res["rollout.gpu_memory_utilization"],
         "actor_rollout_ref.rollout.seed": rollout_seed(cell.seed),
         MAX_MODEL_LEN_KEY: None,  # prompt + response, once the user's overrides are in (below)
-        "algorithm.use_kl_in_reward": _hp("use_kl_in_reward", p),
+        "algorithm.use_kl_in_reward": _hp("use_kl_in_reward", p, cell.backbone),
         "reward.custom_reward_function.path": "pkg://repro.reward",
         "reward.custom_reward_function.name": "compute_score",
         "trainer.nnodes": res["nnodes"],
         "trainer.n_gpus_per_node": res["n_gpus_per_node"],
-        "trainer.total_training_steps": _hp("total_training_steps", p),
+        "trainer.total_training_steps": _hp("total_training_steps", p, cell.backbone),
         "trainer.total_epochs": None,  # from the training-set size, once the user's overrides are in (below)
-        "trainer.save_freq": _hp("eval_every_steps", p),
+        "trainer.save_freq": _hp("eval_every_steps", p, cell.backbone),
         # verl keeps only the last K actor saves (fp32 weights + AdamW states: 12 bytes a parameter each)
-        "trainer.max_actor_ckpt_to_keep": _hp("checkpoints_kept", p),
-        "trainer.max_critic_ckpt_to_keep": _hp("checkpoints_kept", p),
-        "actor_rollout_ref.actor.checkpoint.save_contents": _hp("checkpoint_save_contents", p),
+        "trainer.max_actor_ckpt_to_keep": _hp("checkpoints_kept", p, cell.backbone),
+        "trainer.max_critic_ckpt_to_keep": _hp("checkpoints_kept", p, cell.backbone),
+        "actor_rollout_ref.actor.checkpoint.save_contents": _hp("checkpoint_save_contents", p, cell.backbone),
         "trainer.test_freq": -1,
         "trainer.val_before_train": False,
         "trainer.logger": list(loggers),
