@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -100,14 +101,22 @@ class TransformersGenerator:
     its tokens by inverse CDF from uniforms of its own torch.Generator (`repro.local.generate.sample`), so
     a response does not depend on the chunk, shard or resume that draws it, and batching stays as wide as
     before. `generate(problems, n, seed)` keeps its one generator per call (the held-out evaluation during
-    training reproduces exactly that)."""
+    training reproduces exactly that).
+
+    Rows per batch (`batch_rows`) come from memory unless `batch_size` fixes them: a row holds its KV cache
+    for the longest prompt plus `max_new_tokens` and one step's logits, and 1024 rows of SmolLM2-135M with
+    56-token prompts and 256-token responses would hold 14 GB of cache (2 GiB holds 147 of them)."""
+
+    MAX_ROWS = 1024  # the old fixed batch, kept as the ceiling
+    MEMORY_ENV = "REPRO_CPU_GENERATION_GIB"  # the budget for the cache and logits of one batch, in GiB
+    MEMORY_GIB = 2.0
 
     def __init__(
         self,
         model_path: Path,
         max_new_tokens: int,
         temperature: float = 1.0,
-        batch_size: int = 1024,
+        batch_size: int | None = None,
         template: catalog.PromptTemplate | None = None,
     ):
         import torch
@@ -129,20 +138,37 @@ class TransformersGenerator:
     def prompt_ids(self, problem: str) -> list[int]:
         return prompt_token_ids(self.tokenizer, problem, self.template)
 
+    def batch_rows(self, longest_prompt: int) -> int:
+        """The most rows whose fp32 KV cache (2 x layers x KV heads x head dim x 4 bytes a token, for the
+        longest prompt plus `max_new_tokens`) and last-step logits (vocab x 4 bytes) fit the memory budget
+        (`MEMORY_ENV`, GiB), between 1 and `MAX_ROWS`. The prefill keeps the logits of the last position only
+        (`repro.local.generate.last_logits_only`), so these two dominate what a batch holds. A stand-in model
+        without a config (tests that fake the model) gets `MAX_ROWS`."""
+        if getattr(self.model, "config", None) is None:
+            return self.MAX_ROWS
+        config = self.model.config.get_text_config()
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        per_token = 2 * config.num_hidden_layers * kv_heads * head_dim * 4
+        per_row = per_token * (longest_prompt + self.max_new_tokens) + config.vocab_size * 4
+        budget = float(os.environ.get(self.MEMORY_ENV, self.MEMORY_GIB)) * 2**30
+        return max(1, min(self.MAX_ROWS, int(budget // per_row)))
+
     def _sample(self, flat: list[list[int]], gen, uniforms=None) -> list[str]:
         from repro.local.generate import sample
 
         texts: list[str] = []
-        for start in range(0, len(flat), self.batch_size):
+        step = self.batch_size or self.batch_rows(max((len(p) for p in flat), default=1))
+        for start in range(0, len(flat), step):
             out = sample(
                 self.model,
-                flat[start : start + self.batch_size],
+                flat[start : start + step],
                 max_new_tokens=self.max_new_tokens,
                 eos_id=self.tokenizer.eos_token_id,
                 pad_id=self.tokenizer.pad_token_id,
                 generator=gen,
                 temperature=self.temperature,
-                uniforms=None if uniforms is None else uniforms[start : start + self.batch_size],
+                uniforms=None if uniforms is None else uniforms[start : start + step],
             )
             texts += self.tokenizer.batch_decode(out, skip_special_tokens=True)
         return texts

@@ -37,6 +37,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
+from repro.local.generate import compact_due, last_logits_only, left_pad, positions, select_cache_rows
 from repro.verl_plugin import audit
 from repro.verl_plugin.admission import admit
 from repro.vllm_rules import read_model_config, verify_request
@@ -94,18 +95,20 @@ def sample_batch(
     eos_ids: set[int],
     pad_id: int,
     generator: torch.Generator,
+    compact: bool = True,
 ) -> list[tuple[list[int], list[float], bool]]:
-    """One response per prompt: (token ids ending at EOS or the cap, their log-probs, stopped at EOS)."""
+    """One response per prompt: (token ids ending at EOS or the cap, their log-probs, stopped at EOS).
+
+    `compact` drops rows that have finished (EOS or their own cap) from the running batch, cache included
+    (`repro.local.generate.compact_due` says when), so a step computes only the rows still running. It changes
+    which of the server generator's random numbers each row draws, not the distribution it samples from;
+    greedy responses (temperature 0) are the same either way."""
     batch = len(prompts)
-    width = max(len(p) for p in prompts)
-    ids = torch.full((batch, width), pad_id, dtype=torch.long)
-    mask = torch.zeros((batch, width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p) :] = 1
-    pos = (mask.cumsum(dim=1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+    ids, mask = left_pad(prompts, pad_id)
+    pos = positions(mask)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **last_logits_only(model))
     cache, logits = out.past_key_values, out.logits[:, -1, :]
+    rows = torch.arange(batch)  # the original row of each running row
     caps = torch.tensor(max_tokens)
     done = torch.zeros(batch, dtype=torch.bool)
     eos = torch.tensor(sorted(eos_ids), dtype=torch.long)
@@ -123,17 +126,22 @@ def sample_batch(
             probs = torch.softmax(_filter_logits(scaled, key.top_k, key.top_p), dim=-1)
             nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         picked = logp_all.gather(1, nxt.unsqueeze(1)).squeeze(1)
-        for i in range(batch):
-            if not done[i]:
-                tokens[i].append(int(nxt[i]))
-                logps[i].append(float(picked[i]))
         is_eos = torch.isin(nxt, eos)
-        for i in torch.nonzero(is_eos & ~done).flatten().tolist():
-            stopped[i] = True
+        for row, was_done, tok, logp, hit in zip(
+            rows.tolist(), done.tolist(), nxt.tolist(), picked.tolist(), is_eos.tolist(), strict=True
+        ):
+            if not was_done:
+                tokens[row].append(tok)
+                logps[row].append(logp)
+                stopped[row] = hit
         done |= is_eos | (caps <= t + 1)
         if bool(done.all()):
             break
-        mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype)], dim=1)
+        if compact and compact_due(int(done.sum()), len(rows)):
+            keep = torch.nonzero(~done).squeeze(1)
+            cache = select_cache_rows(cache, keep)
+            rows, caps, done, nxt, mask, last_pos = (x[keep] for x in (rows, caps, done, nxt, mask, last_pos))
+        mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype)], dim=1)
         last_pos = last_pos + 1
         out = model(
             input_ids=torch.where(done, torch.full_like(nxt, pad_id), nxt).unsqueeze(1),
