@@ -162,14 +162,16 @@ def cpu_rehearsal_inputs(
     local engine (the filtered set when `repro data filter` has built it, else the whole pool), so the two
     engines train on the same data; validation is off in training, verl only loads the file."""
     from repro.local.weights import built_folder
-    from repro.tasks.tiny_arith import data_folder
+    from repro.tasks.tiny_arith import ensure_data
 
     filtered = filtered_folder(model, prompt_set)
     if (filtered / "train.parquet").exists():
         train, val = filtered / "train.parquet", filtered / "val.parquet"
     else:
-        pool = data_folder(0, backbone=model)
-        train, val = pool / "train.parquet", pool / "tiny-math500.parquet"
+        # written now (a second, deterministic): the epoch count is read from the training set, so the first
+        # run on an empty $REPRO_HOME, a sweep's plan and a resume must all see the same file
+        pool = ensure_data(0, backbone=model)
+        train, val = pool["train"], pool["tiny-math500"]
     return train_file or train, val_file or val, str(built_folder(catalog.get_backbone(model)))
 
 

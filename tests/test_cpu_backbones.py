@@ -48,6 +48,9 @@ def test_verl_reads_the_same_scale_and_the_backbones_own_rows(tmp_path, monkeypa
         assert (values["data.max_prompt_length"], values["data.max_response_length"]) == lengths
         assert values["actor_rollout_ref.rollout.max_model_len"] == str(sum(map(int, lengths)))
         assert Path(values["data.train_files"]).parent == tiny_arith.data_folder(0, backbone=backbone)
+        # written by the plan itself on an empty REPRO_HOME: the epoch count is read from it, and a resume
+        # that found the file where the first run had not would refuse the run as a different config
+        assert len(pd.read_parquet(values["data.train_files"])) > 0
         assert values["actor_rollout_ref.model.path"] == str(built_folder(catalog.get_backbone(backbone)))
     assert tiny_arith.data_folder(0, backbone=SMOL).name == "tiny-arith-v3-s0-one-shot"
     assert tiny_arith.data_folder(0).name == "tiny-arith-v3-s0"

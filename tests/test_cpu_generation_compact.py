@@ -1,5 +1,5 @@
 """Dropping finished rows from the running batch (compaction) in the CPU sampler and the CPU rollout server,
-on the tiny model: the same tokens where sampling is per row, log-probs that are the model's, caps and EOS
+on the tiny model: the same tokens in both sampling paths of the trainer, log-probs that are the model's, caps and EOS
 honoured, and a batch size from memory."""
 
 from __future__ import annotations
@@ -56,16 +56,18 @@ def test_per_row_uniforms_give_the_same_tokens_with_and_without_compaction(tiny,
     assert len({len(r) for r in on}) > 3  # rows finished at many different steps
 
 
-def test_the_generator_path_is_deterministic_and_its_first_tokens_unchanged(tiny, compactions) -> None:
+def test_the_generator_path_gives_the_same_tokens_with_and_without_compaction(tiny, compactions) -> None:
     model, tokenizer, prompts = tiny
     kwargs = dict(max_new_tokens=16, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)
     runs = [
         generate.sample(model, prompts, generator=torch.Generator().manual_seed(5), compact=compact, **kwargs)
-        for compact in (True, True, False)
+        for compact in (True, False)
     ]
     assert compactions
-    assert runs[0] == runs[1]  # given the generator's state: a resumed trainer samples what an uninterrupted one did
-    assert [r[0] for r in runs[0]] == [r[0] for r in runs[2]]  # the draws before any row is dropped are the same
+    # every row reads the random numbers of its place in the full batch: runs made before compaction existed
+    # (the committed results) are reproduced token for token
+    assert runs[0] == runs[1]
+    assert len({len(r) for r in runs[0]}) > 3  # rows finished at many different steps
     assert all(len(r) <= 16 and tokenizer.eos_token_id not in r[:-1] for r in runs[0])
 
 

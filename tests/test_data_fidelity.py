@@ -261,7 +261,7 @@ def test_catalog_lists_one_template_per_backbone() -> None:
         "llama-3.2-3b-instruct": "released",
         "qwen3-4b-instruct": "released",
         "tiny-arith": "tiny",
-        "smollm2-135m-instruct": "released",
+        "smollm2-135m-instruct": "one-shot",
     }
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import zipfile
-from pathlib import Path
 
 import pytest
 
@@ -16,13 +15,6 @@ from repro.errors import ReproError
 from repro.local import registry_model
 
 KEY = "smollm2-135m-instruct"
-
-
-@pytest.fixture(scope="session")
-def smollm2(tmp_path_factory) -> Path:
-    """The model folder, built once for the session into its own REPRO_HOME."""
-    home = tmp_path_factory.mktemp("smollm2_home")
-    return registry_model.ensure_registry_model(catalog.get_backbone(KEY), home)
 
 
 def test_the_build_has_the_released_checkpoints_special_tokens_and_records_its_hashes(smollm2) -> None:

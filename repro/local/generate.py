@@ -70,6 +70,21 @@ def last_logits_only(model: torch.nn.Module) -> dict[str, int]:
     return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
 
 
+def _multinomial_in_place(
+    probs: torch.Tensor, rows: torch.Tensor, batch: int, generator: torch.Generator | None
+) -> torch.Tensor:
+    """One token per running row, drawn as `torch.multinomial` draws it for the whole uncompacted batch of
+    `batch` rows (the running ones at `rows`, finished ones given any distribution): for one sample a row,
+    torch takes an argmax of probs over exponential noise it draws for every entry of the tensor in order, so
+    a row's token depends on its position in the full batch, which this keeps."""
+    if len(rows) == batch:
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    full = probs.new_zeros((batch, probs.shape[-1]))
+    full[:, 0] = 1.0
+    full[rows] = probs
+    return torch.multinomial(full, 1, generator=generator).squeeze(1)[rows]
+
+
 @torch.no_grad()
 def sample(
     model: torch.nn.Module,
@@ -91,10 +106,9 @@ def sample(
 
     `compact` drops finished rows from the running batch (cache, mask, positions; `compact_due` says when):
     most responses end long before the longest, and without it every step computes every row until the last
-    one ends. With `uniforms` it changes no token. With `generator` it changes which random numbers each row
-    gets (`multinomial` draws for the rows still running), so the responses differ from `compact=False` ones
-    while following the same distribution; they stay a deterministic function of the generator's state, so a
-    resumed run still samples what an uninterrupted one would."""
+    one ends. It changes no token: with `uniforms` each row reads its own numbers, and with `generator` every
+    step still draws for the whole batch (`_multinomial_in_place`), so each row gets the random numbers it got
+    before compaction existed and runs made before it (the committed results) are reproduced exactly."""
     if not prompts:
         return []
     ids, mask = left_pad(prompts, pad_id)
@@ -108,8 +122,8 @@ def sample(
     last_pos = pos[:, -1]
     for t in range(max_new_tokens):
         probs = torch.softmax(logits.float() / temperature, dim=-1)
-        if uniforms is None:
-            nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        if uniforms is None:  # drawn over the whole batch, finished rows too: the generator's stream is kept
+            nxt = _multinomial_in_place(probs, rows, batch, generator)
         else:  # inverse CDF; the clamp guards a cumulative sum that rounds below the row's uniform
             cdf = probs.cumsum(dim=-1)
             u = uniforms[rows, t : t + 1].to(cdf.dtype)

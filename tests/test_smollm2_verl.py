@@ -1,0 +1,98 @@
+"""The real 135M LLM through verl's real trainer on this CPU, as `repro run --engine verl` runs it: FSDP2 of
+a model with tied embeddings, the CPU rollout server with its weight sync, checkpoints with the Hugging Face
+copy, a SIGKILL and a resume, then `repro eval` of the final checkpoint, `repro collect` and its table row.
+Kept small (2 prompts a step, 24-token responses): the pipeline is under test, not the training effect."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from test_verl_engine import _metrics, _wait_for_step
+
+from repro.verl_plugin import audit
+
+KEY = "smollm2-135m-instruct"
+CELL = f"{KEY}__seq-balance__standard__s0"
+
+
+def _sums(path: Path) -> Path:
+    """One-digit sums in the model's own chat (the pool's harder levels often give all-wrong groups, which
+    change no weight and so would not show a resume restoring trained ones)."""
+    import numpy as np
+    import pandas as pd
+
+    from repro.tasks import tiny_arith
+
+    problems = tiny_arith.sample_problems(np.random.default_rng(0), 16, (1,))
+    rows = [tiny_arith.verl_row(p, "train", i, tiny_arith.DATA_SOURCE, KEY) for i, p in enumerate(problems)]
+    pd.DataFrame(rows).to_parquet(path, index=False)
+    return path
+
+
+def test_a_killed_run_resumes_its_checkpoint_and_the_final_one_is_evaluated_and_tabled(smollm2, tmp_path) -> None:
+    env = {**os.environ, "REPRO_HOME": str(smollm2.parent.parent), "RAY_DEDUP_LOGS": "0"}
+    runs, run = tmp_path / "runs", tmp_path / "runs" / CELL
+    argv = [sys.executable, "-m", "repro.cli", "run", "--model", KEY, "--method", "seq-balance", "--engine", "verl"]
+    argv += ["--steps", "2", "--batch", "2", "--runs-root", str(runs), "--set", "data.max_response_length=24"]
+    argv += ["--train-file", str(_sums(tmp_path / "sums.parquet"))]
+    log = tmp_path / "attempt-1.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_for_step(run / "metrics" / "attempt-001.jsonl", 1, proc, timeout=600, log=log)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # wrapper, verl driver and Ray: nothing gets to clean up
+        proc.wait()
+    resumed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    first, second = _metrics(run, 1), _metrics(run, 2)
+    assert sorted(first) == [1] and sorted(second) == [2]
+    lines = (run / "metrics" / "attempt-001.sampler.jsonl").read_text().splitlines()
+    sampler = {json.loads(line)["step"]: json.loads(line)["data"] for line in lines}
+    assert sampler[1]["sampler/prompts"] == 2 and 2 * 4 <= sampler[1]["sampler/responses_total"] <= 2 * 32
+    assert 0.0 <= sampler[1]["sampler/signal_frac"] <= 1.0
+    assert first[1]["response_length/max"] <= 24
+    assert sampler[1]["sampler/signal_frac"] > 0  # a group with both outcomes: step 1 moved the weights
+    # the resumed server received the step-1 weights verl restored, not the base model it loaded: the digest
+    # attempt 1 synced after step 1 (when the kill came after that sync), and never the base model's
+    before = {r["global_steps"]: r["digest"] for r in audit.read("rollout", run / "metrics" / "attempt-001.jsonl")}
+    synced = [r for r in audit.read("rollout", run / "metrics" / "attempt-002.jsonl") if r["event"] == "update"]
+    assert [r["global_steps"] for r in synced] == [1, 2]
+    assert synced[0]["digest"] != before[None] and synced[0]["digest"] == before.get(1, synced[0]["digest"])
+    assert synced[1]["digest"] != synced[0]["digest"]
+    hf = run / "checkpoints" / "global_step_2" / "actor" / "huggingface"
+    assert (hf / "config.json").exists() and json.loads((hf / "config.json").read_text())["tie_word_embeddings"]
+
+    eval_argv = ["eval", str(run), "--benchmarks", "tiny-math500", "--first-problems", "2", "--k", "2"]
+    eval_argv += ["--pass-k", "1", "--max-new-tokens", "24"]
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "repro.cli", *eval_argv], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    summary = json.loads((run / "eval" / "global_step_2" / "summary.json").read_text())
+    assert summary["generation"]["prompt_template"] == "one-shot" and summary["k"] == 2
+    records = (run / "eval" / "global_step_2" / "tiny-math500.jsonl").read_text().splitlines()
+    assert len(records) == 4
+    results = tmp_path / "results"
+    for command in (
+        ["collect", "--runs-root", str(runs), "--results", str(results)],
+        ["table", "weighted-average", "--results", str(results)],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "repro.cli", *command],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    row = next(line for line in done.stdout.splitlines() if line.strip().startswith(KEY))
+    assert "seq-balance" in row and "standard" in row
