@@ -127,6 +127,8 @@ def gpu_data_files(
     train_id = released.released_training_set(model, prompt_set, preset)
     train = train_file or (Path(train_id) if train_id else folder / "train.parquet")
     val = val_file or (Path(released.released_validation_set()) if train_id else folder / "val.parquet")
+    if backbone.weights_from_user:  # no filtered folder of its own: verl only loads the validation file
+        val = val_file or train
     return train, val
 
 

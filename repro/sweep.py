@@ -145,6 +145,12 @@ def load_sweep(path: str | Path) -> Sweep:
                 )
         return tuple(raw)
 
+    for key in names("backbones", catalog.backbones()):
+        if catalog.get_backbone(key).weights_from_user:
+            raise ReproError(
+                f"{path}: {key} has no weights of its own, and a sweep trains catalog backbones; train your model "
+                f"with repro run --model {key} --model-path DIR_OR_HUB_ID --train-file PARQUET"
+            )
     seeds = data.get("seeds", [0])
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
         raise ReproError(f"{path}: 'seeds' must be a non-empty list of non-negative integers")

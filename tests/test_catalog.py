@@ -78,7 +78,8 @@ def test_paper_backbones_have_protocol_hf_ids() -> None:
     for key, hf_id in PAPER_HF_IDS.items():
         assert found[key].hf_id == hf_id
         assert found[key].device == "gpu"
-    assert set(found) == {*PAPER_HF_IDS, "tiny-arith", "smollm2-135m-instruct"}
+    assert set(found) == {*PAPER_HF_IDS, "tiny-arith", "smollm2-135m-instruct", "generic"}
+    assert [k for k, b in found.items() if b.weights_from_user] == ["generic"]
 
 
 def test_tiny_arith_is_local_and_on_cpu() -> None:
@@ -271,7 +272,7 @@ def test_returned_dicts_are_copies() -> None:
     catalog.methods().pop("grpo-n4")
     catalog.backbones().clear()
     assert "grpo-n4" in catalog.methods()
-    assert len(catalog.backbones()) == 6
+    assert len(catalog.backbones()) == 7
 
 
 @pytest.mark.parametrize(

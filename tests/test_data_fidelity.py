@@ -262,6 +262,7 @@ def test_catalog_lists_one_template_per_backbone() -> None:
         "qwen3-4b-instruct": "released",
         "tiny-arith": "tiny",
         "smollm2-135m-instruct": "one-shot",
+        "generic": "released",
     }
 
 

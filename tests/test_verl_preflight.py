@@ -182,6 +182,9 @@ def test_checkpoints_keep_only_the_last_saves_and_the_disk_estimate_counts_them(
     every = compose(build_overrides(cell(overrides={"trainer.max_actor_ckpt_to_keep": None})))
     assert checkpoint_disk(every, 7_615_616_512).total == 12 * disk.per_save
     for key, backbone in catalog.backbones().items():
+        if backbone.weights_from_user:  # a model the catalog does not know: no estimate, and none invented
+            assert backbone.param_count is None, key
+            continue
         assert isinstance(backbone.param_count, int) and backbone.param_count > 0, key
 
 

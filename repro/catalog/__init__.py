@@ -153,6 +153,12 @@ class Backbone:
         setting = self.settings.get("build")
         return None if setting is None else dict(setting.value)
 
+    @property
+    def weights_from_user(self) -> bool:
+        """A GPU entry with no weights of its own (`generic`): settings for a model the catalog does not know,
+        trained only with `repro run --model-path`."""
+        return self.device == "gpu" and self.hf_id is None
+
     def train_prompts_from(self, preset: str = "paper") -> str:
         """The backbone whose pass rates filter this backbone's training prompts (itself, unless the
         catalog says otherwise: the released Qwen3-4B run trained on the 7B hard set)."""

@@ -151,7 +151,13 @@ def _backbones_table() -> Table:
     for backbone in catalog.backbones().values():
         table.add_row(
             Text(backbone.key),
-            Text(_fmt(backbone.hf_id) if backbone.hf_id else "(built locally)"),
+            Text(
+                _fmt(backbone.hf_id)
+                if backbone.hf_id
+                else "(your --model-path)"
+                if backbone.weights_from_user
+                else "(built locally)"
+            ),
             Text(backbone.params),
             Text(backbone.device),
             Text(backbone.prompt_set),

@@ -77,6 +77,11 @@ def filter_cmd(
     from repro.prompting import template_for
 
     backbone = catalog.get_backbone(model)
+    if backbone.weights_from_user:
+        raise ReproError(
+            f"{model} has no weights to sample pass rates from; filter with a catalog backbone (repro models) and "
+            f"train on its set with repro run --model {model} --model-path DIR_OR_HUB_ID --train-file PARQUET"
+        )
     if not 0 < pass_rate <= 1:
         raise ReproError(f"--pass-rate must be in (0, 1], got {pass_rate}")
     source = source or backbone.task or "openr1"

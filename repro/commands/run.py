@@ -124,6 +124,8 @@ def run(
 
       repro run --model qwen2.5-math-7b --method grpo-n4 --model-path /ckpt/my-sft   # own weights, 7B settings
 
+      repro run --model generic --model-path ORG/NAME --train-file train.parquet --method seq-balance   # any model
+
       repro run --model smollm2-135m-instruct --method seq-balance --engine verl --steps 2   # a real LLM on CPU
 
     GPU backbones run verl 0.9.1 with the Reinforce-Ada plugin (`pip install -e .[gpu]` on the GPU machine);
@@ -139,6 +141,11 @@ def run(
         raise ReproError(f"unknown engine {engine!r}; valid engines: {', '.join(ENGINES)}")
     if engine == "local" and backbone.device != "cpu":
         raise ReproError(f"{model} trains with verl on GPUs; drop --engine local (it is for tiny-arith)")
+    if backbone.weights_from_user and (model_path is None or train_file is None):
+        raise ReproError(
+            f"{model} is the settings for a model the catalog does not know and has no weights or prompts of its "
+            "own: add --model-path DIR_OR_HUB_ID and --train-file PARQUET"
+        )
     if model_path is not None:
         if engine == "local":
             raise ReproError(

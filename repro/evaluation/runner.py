@@ -182,6 +182,8 @@ def _named(name: str, runs_root: Path, out: Path | None, model_path: Path | None
         weights: Path | str = model_path
     elif hub_id is not None:
         weights = hub_id
+    elif catalog.get_backbone(backbone).weights_from_user:
+        raise ReproError(f"{backbone} has no weights of its own; pass your model's folder with --model-path DIR")
     else:  # a CPU backbone: nothing to download from the Hub, built on first use
         from repro.local.weights import backbone_weights
 
