@@ -39,6 +39,11 @@ def test_cpu_cell_composes_and_validates_with_cpu_resources(method) -> None:
     _, cpu = catalog.cpu_resources("tiny-arith")
     for key, setting in cpu.items():
         assert compose_value(cfg, key) == setting.value, key
+    # verl's own engine config takes the fp32 compute (its FSDP engine reads mixed_precision from it)
+    from verl.utils.config import omega_conf_to_dataclass
+
+    engine = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor.fsdp_config)
+    assert dict(engine.mixed_precision) == {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
 
 
 def test_gpu_cell_never_loads_the_cpu_module() -> None:
