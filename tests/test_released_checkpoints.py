@@ -157,7 +157,7 @@ def test_models_shows_one_checkpoint_with_sources(capsys, wide) -> None:
 @pytest.mark.parametrize(
     ("argv", "start"),
     [
-        (["models", "qwen-9b"], "error: unknown backbone 'qwen-9b'; valid backbones: llama-3.2-3b-instruct"),
+        (["models", "qwen-9b"], "error: unknown backbone 'qwen-9b'; valid backbones: generic, llama-3.2-3b-instruct"),
         (["eval", "qwen-9b"], "error: unknown model 'qwen-9b': not a folder, a released checkpoint or a backbone"),
     ],
 )
