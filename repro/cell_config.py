@@ -43,8 +43,9 @@ def build_cpu_config(
     from repro.tasks.tiny_arith import DATA_VERSION
 
     method_entry = catalog.get_method(method)
+    schedule = {"async_rollout": True} if method_entry.asynchronous else {}
     train = CpuTrainConfig.from_catalog(
-        {**(sets or {}), "total_training_steps": steps, "train_prompt_batch_size": batch}, backbone=model
+        {**schedule, **(sets or {}), "total_training_steps": steps, "train_prompt_batch_size": batch}, backbone=model
     )
     spec = method_entry.sampler_spec(seed=seed)
     data = {

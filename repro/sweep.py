@@ -139,7 +139,7 @@ def load_sweep(path: str | Path) -> Sweep:
         if not isinstance(raw, list) or not raw:
             raise ReproError(f"{path}: '{key}' must be a non-empty list")
         for item in raw:
-            if item not in valid:
+            if item not in valid and not (key == "methods" and isinstance(item, str) and catalog.is_method(item)):
                 raise ReproError(
                     f"{path}: unknown {key[:-1].replace('_', ' ')} {item!r}; valid: {', '.join(sorted(valid))}"
                 )

@@ -17,7 +17,7 @@ PAPER_HF_IDS = {
     "qwen3-4b-instruct": "Qwen/Qwen3-4B-Instruct-2507",
 }
 PAPER_METHODS = ["grpo-n4", "grpo-n8", "grpo-n16", "dapo", "seq-pos", "seq-balance", "est"]
-ALL_METHODS = [*PAPER_METHODS, "seq-pos-stream", "seq-balance-stream"]
+ALL_METHODS = [*PAPER_METHODS, "est-released", "seq-pos-stream", "seq-balance-stream"]
 # (backbone, method) cells with a reported number in paper/table1_per_benchmark.csv and
 # paper/weighted_average_all_methods.csv
 PAPER_CELLS = {
@@ -59,6 +59,20 @@ EXPECTED_SPECS = {
         "p_min": 0.02,
         "w_max": 5.0,
         "prior_mean_init": 0.5,
+        "allocation": "sqrt",
+        "prior": "running",
+        "est_advantage": "weighted",
+    },
+    "est-released": {
+        "kind": "est",
+        "n_avg": 8,
+        "decay": 0.9,
+        "p_min": 1e-6,
+        "allocation": "inverse",
+        "prior": "fixed",
+        "prior_alpha": 1.0,
+        "prior_beta": 16.0,
+        "est_advantage": "released",
     },
 }
 
@@ -122,10 +136,15 @@ def test_backbone_facts_from_protocol_and_paper() -> None:
 # -------------------------------------------------------------------------------------------- methods
 
 
-def test_all_nine_methods_present_and_streams_are_ours() -> None:
+def test_all_ten_methods_present_and_streams_are_ours() -> None:
     found = catalog.methods()
     assert list(found) == ALL_METHODS
     assert {k for k, m in found.items() if m.paper} == set(PAPER_METHODS)
+    assert {k: m.origin for k, m in found.items() if not m.paper} == {
+        "est-released": "released code",
+        "seq-pos-stream": "ours",
+        "seq-balance-stream": "ours",
+    }
 
 
 @pytest.mark.parametrize("key", ALL_METHODS)

@@ -65,6 +65,18 @@ def read_steps(run_dir: Path) -> list[int]:
     return steps
 
 
+def kill_after_steps(env: dict, args: list[str], run_dir: Path, steps: int, timeout: float = 240) -> None:
+    """`repro ARGS` in a subprocess, SIGKILLed as soon as `steps` steps are logged in `run_dir`."""
+    proc = subprocess.Popen(
+        [sys.executable, "cli.py", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.time() + timeout
+    while time.time() < deadline and len(read_steps(run_dir) if (run_dir / "metrics").exists() else []) < steps:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
 def test_run_writes_the_contract_and_refuses_to_redo(tiny_env, tmp_path) -> None:
     run_dir = tmp_path / "r"
     args = [
@@ -125,18 +137,7 @@ def test_kill_and_resume_keeps_every_step_exactly_once(tiny_env, tmp_path) -> No
     steps = 10
     args = ["run", "--model", "tiny-arith", "--method", "est", "--steps", str(steps), "--batch", "8"]
     killed_dir, straight_dir = tmp_path / "killed", tmp_path / "straight"
-    proc = subprocess.Popen(
-        [sys.executable, "cli.py", *args, "--run-dir", str(killed_dir)],
-        cwd=ROOT,
-        env=tiny_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 240
-    while time.time() < deadline and len(read_steps(killed_dir) if (killed_dir / "metrics").exists() else []) < 4:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_after_steps(tiny_env, [*args, "--run-dir", str(killed_dir)], killed_dir, 4)
     first = read_steps(killed_dir)
     assert 4 <= len(first) < steps, "the kill should land mid-run"
     status = json.loads((killed_dir / "status.json").read_text())

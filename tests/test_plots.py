@@ -17,6 +17,7 @@ import pytest
 from matplotlib.colors import to_hex
 from typer.testing import CliRunner
 
+from repro import catalog
 from repro.commands import plot as plot_commands
 from repro.errors import ReproError
 from repro.report import plots, style
@@ -86,8 +87,8 @@ def _synthetic_training() -> pd.DataFrame:
 
 
 def test_every_method_has_a_distinct_fixed_colour():
-    assert set(style.METHOD_COLORS) == set(style.METHOD_ORDER) and len(style.METHOD_ORDER) == 9
-    assert len(set(style.METHOD_COLORS.values())) == 9
+    assert set(style.METHOD_COLORS) == set(style.METHOD_ORDER) == set(catalog.methods())
+    assert len(set(style.METHOD_COLORS.values())) == len(style.METHOD_ORDER) == 10
     assert style.method_color("not-a-method") == style.method_color("not-a-method")  # stable fallback
 
 

@@ -232,17 +232,23 @@ def test_a_set_override_wins_and_the_dry_run_says_so(tmp_path) -> None:
     assert line.endswith("[replaced by --set]")
 
 
-def test_est_takes_the_same_script_and_records_the_released_sampler_it_cannot_express() -> None:
+def test_est_takes_the_same_script_and_the_released_sampler() -> None:
     overrides = build_overrides(_cell("est"))
     cfg = compose_and_validate(overrides)
     actor = cfg.actor_rollout_ref.actor
     assert (actor.clip_ratio_c, cfg.data.truncation, cfg.trainer.total_epochs) == (10.0, "left", 1000)
-    assert cfg.actor_rollout_ref.rollout.n == 8  # the method's n_avg, not the script's n=4
+    assert cfg.actor_rollout_ref.rollout.n == 8  # est-released's n_avg, not the script's n=4
+    ada = cfg.algorithm.reinforce_ada  # what the plugin's manager builds its sampler from
+    assert (ada.allocation, ada.prior, ada.prior_alpha, ada.prior_beta) == ("inverse", "fixed", 1.0, 16.0)
+    assert (ada.est_advantage, ada.decay, ada.p_min, ada.n_avg) == ("released", 0.9, 1e-6, 8)
+    paper = compose_and_validate(build_overrides(_cell("est", preset="paper"))).algorithm.reinforce_ada
+    # the paper-preset Est uses none of the released knobs, so its override list reads as before they existed
+    assert not {"allocation", "prior", "prior_alpha", "prior_beta", "est_advantage"} & set(paper)
     est = catalog.released_script("est")
     assert est.script == SEQ_SCRIPT and "ray_trainer_ema.py" in est.trainer
     notes = {k: s.note for k, s in est.not_passed.items()}
-    assert "1/sqrt(p_hat)" in notes["ray_trainer_ema.allocation"]
-    assert "not expressible" in notes["ray_trainer_ema.prior"]
+    assert "inverse_allocation" in notes["ray_trainer_ema.allocation"]
+    assert "prior: fixed" in notes["ray_trainer_ema.prior"]
     assert "20fc09b" in est.not_passed["ray_trainer_ema.budget"].source
 
 

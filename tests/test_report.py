@@ -284,3 +284,44 @@ def test_report_help_has_examples(capsys) -> None:
     assert cli.main(["report", "--help"]) == 0
     out = capsys.readouterr().out
     assert "Examples" in out and "repro report --results results" in out
+
+
+# ------------------------------------------------------------------------------------- beyond the paper
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "expected"),
+    [
+        (-0.5, 2.0, report.AGREES),  # any loss smaller than the 1-point margin
+        (-0.9, -0.1, report.DISAGREES),  # a loss is measured, however small
+        (-2.5, 1.0, report.CANNOT_TELL),  # a loss of up to 2.5 points is not excluded
+        (-1.0, 3.0, report.CANNOT_TELL),  # exactly at the margin is not above it
+        (math.nan, math.nan, report.CANNOT_TELL),
+    ],
+)
+def test_no_loss_verdict(low: float, high: float, expected: str) -> None:
+    assert report.no_loss_verdict(stats.Interval((low + high) / 2, low, high, 3)) == expected
+
+
+def test_async_sentence_by_hand() -> None:
+    """seq-balance-async - seq-balance per seed: [44, 46, 47] - [43, 46, 46] = [1, 0, 1] -> mean 2/3,
+    s = 0.57735, half width 4.3027 * 0.57735 / sqrt(3) = 1.434 -> [-0.77, 2.10]: above -1, agrees. Step
+    times 1.5 s vs 2.0 s (step 1 left out): 0.75x."""
+    rows = []
+    for method, values in {"seq-balance": (0.43, 0.46, 0.46), "seq-balance-async": (0.44, 0.46, 0.47)}.items():
+        for seed, value in enumerate(values):
+            rows += _rows(TINY, method, seed, value)
+    frame = pd.DataFrame(rows)
+    training = pd.DataFrame([*_steps("seq-balance", 96.0, 32.0, 2.0), *_steps("seq-balance-async", 96.0, 32.0, 1.5)])
+    by_seed = tables.weighted_by_seed(frame)
+    step_time = tables.step_time_table(training, "standard")
+    sentence, outcome = report.async_sentence(by_seed, TINY, report.ASYNC_COMPARISONS[0], step_time)
+    assert outcome == report.AGREES
+    assert sentence == (
+        f"**Seq-balance async vs Seq-balance** ({TINY}, standard): measured paired difference +0.7 points, 95% CI "
+        '[-0.8, 2.1] over 3 seeds; against "no loss" (a loss smaller than 1.0 point): **agrees**. Step time: '
+        "0.75x the synchronous one's (1.50 s vs 2.00 s, same machine)."
+    )
+    text = report.build_report(frame, training)
+    assert "## Beyond the paper: sampling overlapped with training" in text and sentence in text
+    assert "## Beyond the paper" not in report.build_report(pd.DataFrame(_rows(TINY, "grpo-n4", 0, 0.4)))

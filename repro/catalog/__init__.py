@@ -177,6 +177,17 @@ class Method:
     paper: bool
     source: str
     sampler: Settings
+    released: bool = False  # the authors' released code, not the paper's text (est-released)
+    base: str | None = None  # for METHOD-async: the method it runs asynchronously
+
+    @property
+    def origin(self) -> str:
+        return "paper" if self.paper else "released code" if self.released else "ours"
+
+    @property
+    def asynchronous(self) -> bool:
+        """Beyond the paper: sampling of the next step overlaps this step's update (one step stale)."""
+        return self.base is not None
 
     @property
     def kind(self) -> str:
@@ -377,8 +388,37 @@ def get_backbone(name: str) -> Backbone:
     return _get(_backbones(), "backbone", name)
 
 
+ASYNC_SUFFIX = "-async"
+
+
 def get_method(name: str) -> Method:
-    return _get(_methods(), "method", name)
+    """A catalog method, or METHOD-async for any catalog METHOD: the same sampler with the next step's sampling
+    overlapped with this step's update (one step stale, importance-corrected; `repro run --async`)."""
+    table = _methods()
+    if name not in table and name.endswith(ASYNC_SUFFIX) and name[: -len(ASYNC_SUFFIX)] in table:
+        base = table[name[: -len(ASYNC_SUFFIX)]]
+        return dataclasses.replace(
+            base,
+            key=name,
+            summary=f"{base.key} with the next step's sampling overlapped with this step's update (one step "
+            "stale, importance-corrected as verl's async trainers do): beyond the paper. " + base.summary,
+            paper=False,
+            base=base.key,
+        )
+    if name not in table:
+        raise ReproError(f"{unknown_name('method', name, table)}; each also as METHOD-async") from None
+    return table[name]
+
+
+def is_method(name: str) -> bool:
+    """A name get_method accepts: a catalog key or its -async variant."""
+    table = _methods()
+    return name in table or (name.endswith(ASYNC_SUFFIX) and name[: -len(ASYNC_SUFFIX)] in table)
+
+
+def async_method(name: str) -> str:
+    """The -async variant of a method key (itself when it already is one)."""
+    return name if get_method(name).asynchronous else name + ASYNC_SUFFIX
 
 
 def get_prompt_set(name: str) -> PromptSet:
@@ -654,11 +694,13 @@ def _parse_methods(data: Mapping[str, Any], filename: str) -> dict[str, Method]:
     for key, raw in data.items():
         where = f"{filename}: {key}"
         entry = _mapping(raw, where)
-        extra = sorted(set(entry) - {"summary", "paper", "source", "sampler"})
+        extra = sorted(set(entry) - {"summary", "paper", "released", "source", "sampler"})
         if extra:
-            raise CatalogError(f"{where}: unknown fields {extra}; allowed: paper, sampler, source, summary")
+            raise CatalogError(f"{where}: unknown fields {extra}; allowed: paper, released, sampler, source, summary")
         if not isinstance(entry.get("paper"), bool):
             raise CatalogError(f"{where}.paper: must be true or false")
+        if not isinstance(entry.get("released", False), bool):
+            raise CatalogError(f"{where}.released: must be true or false")
         sampler = _settings(
             _mapping(entry.get("sampler"), f"{where}.sampler"),
             f"{where}.sampler",
@@ -675,6 +717,7 @@ def _parse_methods(data: Mapping[str, Any], filename: str) -> dict[str, Method]:
             paper=entry["paper"],
             source=_text(entry.get("source"), f"{where}.source"),
             sampler=sampler,
+            released=entry.get("released", False),
         )
         try:
             method.sampler_spec()

@@ -100,12 +100,15 @@ def methods(
     if name is None:
         console.print(_methods_table())
         console.print(
-            "paper: run in arXiv 2510.04996; ours: beyond the paper. Show one with its sources: repro methods NAME",
+            "paper: run in arXiv 2510.04996; released code: as the authors released it; ours: beyond the paper. "
+            "Show one with its sources: repro methods NAME",
             style="dim",
         )
         return
     method = catalog.get_method(name)
-    origin = "in the paper" if method.paper else "ours, beyond the paper"
+    origin = {"paper": "in the paper", "released code": "the authors' released code"}.get(
+        method.origin, "ours, beyond the paper"
+    )
     console.print(Text(f"{method.key} ({origin})", style="bold"))
     console.print(Text(method.summary))
     console.print(Text(f"Defined in: {method.source}", style="dim"))
@@ -195,7 +198,7 @@ def _methods_table() -> Table:
             Text(spec.kind),
             Text(group),
             Text(_knobs(spec)),
-            Text("paper" if method.paper else "ours"),
+            Text(method.origin),
         )
     return table
 
@@ -209,6 +212,8 @@ def _knobs(spec: SamplerSpec) -> str:
     if spec.kind == "seq":
         schedule = "streaming" if spec.streaming else "rounds"
         return f"exit {spec.exit_rule}, M={spec.round_size} x N={spec.max_rounds}, {schedule}"
+    if spec.allocation == "inverse":
+        return f"1 + rest ∝ 1/p, no cap, Beta({spec.prior_alpha:g}, {spec.prior_beta:g}) prior, no weight"
     return f"N in [{spec.n_min}, {spec.n_max}] ∝ 1/sqrt(p), w_max={spec.w_max}"
 
 

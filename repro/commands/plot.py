@@ -245,6 +245,42 @@ def passk_cmd(
     _finish(fig, missing, results, out, "passk")
 
 
+@app.command("schedules")
+def schedules_cmd(
+    cost: Annotated[
+        Path | None,
+        typer.Option("--cost", help="JSON from `repro simulate cost --out FILE`. Default: RESULTS/simulate/cost.json."),
+    ] = None,
+    results: ResultsOpt = Path(DEFAULT_RESULTS),
+    out: OutOpt = None,
+) -> None:
+    """Step time per method under the cost model's three schedules: synchronous rounds, streamed rounds
+    (the -stream variants) and the overlapped async schedule, as ratios to GRPO-n4's synchronous step, with
+    the floor no schedule beats and the paper's Table 2 ratios marked.
+
+    Examples:
+
+      repro simulate cost --out results/simulate/cost.json && repro plot schedules
+
+      repro plot schedules --cost my_cost.json --out figs/schedules
+    """
+    import json
+
+    from repro.report.figures.schedules import schedules
+
+    path = cost if cost is not None else results / "simulate" / "cost.json"
+    if not path.is_file():
+        raise ReproError(f"no cost file {path}; run `repro simulate cost --out {path}` first")
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ReproError(f"{path} is not a cost file from `repro simulate cost --out` ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("methods"), list):
+        raise ReproError(f"{path} is not a cost file from `repro simulate cost --out` (no methods list)")
+    fig, missing = schedules(doc)
+    _finish(fig, missing, results, out, "schedules")
+
+
 @app.command("signal-loss")
 def signal_loss_cmd(
     results: ResultsOpt = Path(DEFAULT_RESULTS),

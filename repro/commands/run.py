@@ -93,6 +93,14 @@ def run(
             "--model names (its template, hyperparameters, resources); the cell is named MODEL+FOLDER_NAME.",
         ),
     ] = None,
+    asynchronous: Annotated[
+        bool,
+        typer.Option(
+            "--async",
+            help="Beyond the paper: sample the next step while this one trains (one step stale, importance-"
+            "corrected); the same as --method METHOD-async. CPU trainer only so far.",
+        ),
+    ] = False,
     engine: Annotated[
         str | None,
         typer.Option(
@@ -116,6 +124,8 @@ def run(
 
       repro run --model tiny-arith --method est --dry-run
 
+      repro run --model tiny-arith --method seq-balance --async   # sampling overlapped with the update
+
       repro run --model tiny-arith --method grpo-n4 --logger console,file,tensorboard   # tensorboard --logdir runs
 
       repro run --model tiny-arith --method seq-balance --engine verl --steps 3   # rehearse a cluster cell
@@ -134,6 +144,8 @@ def run(
     loggers = parse_loggers(logger, wandb=wandb)
     backbone = catalog.get_backbone(model)
     catalog.get_method(method)
+    if asynchronous:
+        method = catalog.async_method(method)
     prompt_set = prompt_set or backbone.prompt_set
     catalog.get_prompt_set(prompt_set)
     engine = engine or ("local" if backbone.device == "cpu" else "verl")

@@ -262,6 +262,16 @@ def cost(
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Response length cap.")] = 2048,
     train_per_token: Annotated[float, typer.Option("--train-per-token", min=0.0, help="s per update token.")] = 1.6e-5,
     train_fixed: Annotated[float, typer.Option("--train-fixed", min=0.0, help="s per step, fixed.")] = 8.0,
+    overlap: Annotated[
+        bool,
+        typer.Option(
+            "--overlap/--no-overlap",
+            help="Also simulate the overlapped (async) schedule: verl's colocate_async with streamed rounds.",
+        ),
+    ] = True,
+    ahead: Annotated[
+        int, typer.Option("--ahead", min=0, help="Async: steps in flight beyond the one training (verl's warmup).")
+    ] = 1,
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
     out: OutOpt = None,
@@ -275,9 +285,16 @@ def cost(
     (`--train-fixed` + `--train-per-token` x update tokens). Defaults model Qwen2.5-Math-1.5B on one
     8xH100 node (TP=1), calibrated so GRPO-n4 lands near the paper's 102 s/step.
 
+    Three schedules: a method's own (synchronous rounds with a barrier, or streamed rounds for the -stream
+    variants), and with --overlap the async one of verl's colocate_async trainer: every prompt streams its
+    rounds, the next step's prompts (--ahead) are already in the servers while this step's slowest prompts
+    finish, and the servers sleep during each update (repro.simulate.overlap).
+
     Columns: responses and generated tokens per step; generation, training and step seconds; the step
-    time relative to GRPO-n4 (paper's value in brackets); the two lower bounds on generation (tokens at
-    peak throughput, and the longest chain of one prompt's batches); generation over the tighter bound.
+    time relative to GRPO-n4's synchronous step (paper's value in brackets); the async step and its ratio
+    to the same reference, with the most updates a trained prompt's first request was behind; the floor
+    (the step's tokens at peak throughput plus its update) as a ratio; the two lower bounds on generation
+    (tokens at peak throughput, the longest chain of one prompt's batches); generation over the tighter one.
 
     Examples:
 
@@ -286,6 +303,8 @@ def cost(
       repro simulate cost --methods grpo-n4,seq-balance,seq-balance-stream --capacity 512 --json
 
       repro simulate cost --len-correct 800 --len-incorrect 800   # lengths that do not depend on correctness
+
+      repro simulate cost --no-overlap --steps 8   # the synchronous schedules only, averaged over more steps
     """
     import numpy as np
 
@@ -300,14 +319,21 @@ def cost(
     results = _each_method(
         methods,
         seed,
-        steps,
+        steps + int(overlap),  # the overlapped schedule advances the bar once
         lambda name, spec, on_step: simulate_cost(
             name, spec, dataset, server=server, lengths=lengths, train=train, steps=steps, batch=batch,
-            seed=seed, on_step=on_step,
+            seed=seed, on_step=on_step, overlap=overlap, ahead=ahead,
         ),
     )  # fmt: skip
     add_ratios(results)
-    settings = {"steps": steps, "batch": batch, "dataset_size": int(dataset.size), "seed": seed}
+    settings = {
+        "steps": steps,
+        "batch": batch,
+        "dataset_size": int(dataset.size),
+        "seed": seed,
+        "overlap": overlap,
+        "ahead": ahead,
+    }
     doc = {
         "pass_rates": rates.to_dict(),
         "settings": settings,
@@ -322,26 +348,21 @@ def cost(
     table = Table(
         title=f"Step cost on {replicas} x {capacity}-slot servers ({server.peak_throughput:,.0f} tokens/s peak); "
         f"{rates.description}; {steps} steps x {batch} prompts",
-        caption="ratio: step time / GRPO-n4's (paper Table 2, Qwen2.5-Math-1.5B, in brackets); "
-        "bounds: tokens / peak throughput, and the longest chain of one prompt's batches",
+        caption="ratio: step time / GRPO-n4's synchronous step (paper Table 2, Qwen2.5-Math-1.5B, in brackets); "
+        "async: the overlapped schedule (stale: most updates a trained prompt was behind); floor: tokens at peak "
+        "throughput + update, over the same reference; bound: tokens / peak; chain: longest chain of one prompt",
     )
-    for col in (
-        "method",
-        "responses",
-        "tokens",
-        "gen s",
-        "train s",
-        "step s",
-        "ratio",
-        "bound s",
-        "chain s",
-        "gen/bound",
-    ):
+    ref = next((r for r in results if r.method == "grpo-n4"), None)
+    columns = ["method", "responses", "tokens", "gen s", "train s", "step s", "ratio"]
+    if overlap:
+        columns += ["async s", "async ratio", "stale", "floor"]
+    columns += ["bound s", "chain s", "gen/bound"]
+    for col in columns:
         table.add_column(col, justify="left" if col == "method" else "right")
     for r in results:
         paper = PAPER_RATIOS_1_5B.get(r.method)
         ratio = "—" if r.ratio_to_grpo_n4 is None else f"{r.ratio_to_grpo_n4:.2f}"
-        table.add_row(
+        row = [
             r.method,
             f"{r.responses:,.0f}",
             f"{r.generated_tokens / 1e6:.2f}M",
@@ -349,8 +370,14 @@ def cost(
             f"{r.train_s:.1f}",
             f"{r.step_s:.1f}",
             ratio + (f" ({paper})" if paper else ""),
-            f"{r.lower_bound_s:.1f}",
-            f"{r.critical_path_s:.1f}",
-            f"{r.generation_over_both_bounds:.2f}",
-        )
+        ]
+        if overlap:
+            row += [
+                f"{r.async_step_s:.1f}",
+                "—" if r.async_ratio_to_grpo_n4 is None else f"{r.async_ratio_to_grpo_n4:.2f}",
+                str(r.async_staleness_max),
+                "—" if ref is None else f"{r.floor_s / ref.step_s:.2f}",
+            ]
+        row += [f"{r.lower_bound_s:.1f}", f"{r.critical_path_s:.1f}", f"{r.generation_over_both_bounds:.2f}"]
+        table.add_row(*row)
     stdout_console().print(table)

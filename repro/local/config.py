@@ -46,6 +46,9 @@ class CpuTrainConfig:
     eval_every: int = 10
     heldout_per_tier: int = 16
     heldout_samples: int = 4
+    # beyond the paper: generate step t+1 with the weights before update t, in a thread while update t runs
+    # (one step stale, importance-corrected as verl's async trainers do); `repro run --async`
+    async_rollout: bool = False
 
     @classmethod
     def from_catalog(cls, overrides: dict[str, Any], backbone: str = "tiny-arith") -> CpuTrainConfig:
@@ -68,7 +71,7 @@ class CpuTrainConfig:
         for f in fields(cls):
             if f.name not in values:
                 continue
-            expected = {"int": int, "float": float, "str": str}.get(str(f.type))
+            expected = {"int": int, "float": float, "str": str, "bool": bool}.get(str(f.type))
             value = values.get(f.name)
             if expected is float and isinstance(value, int) and not isinstance(value, bool):
                 values[f.name] = float(value)
@@ -109,6 +112,8 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["train"] = asdict(self.train)
+        if not self.train.async_rollout:  # a sync run's config reads as before the option existed (resumable)
+            del out["train"]["async_rollout"]
         return out
 
 

@@ -57,8 +57,10 @@ def ppo_update(
     old_log_prob: torch.Tensor,
     config,
     settings: PPOSettings,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """One optimizer step on one mini-batch; returns verl-named actor metrics."""
+    """One optimizer step on one mini-batch; returns verl-named actor metrics. `rollout_is_weights` (async
+    schedule) multiply the per-token policy loss inside verl's loss function, as verl applies them."""
     from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn
 
     model.train()
@@ -71,6 +73,7 @@ def ppo_update(
         response_mask=mask,
         loss_agg_mode=settings.loss_agg_mode,
         config=config,
+        rollout_is_weights=rollout_is_weights,
     )
     entropy_loss = agg_loss(loss_mat=entropy, loss_mask=mask, loss_agg_mode=settings.loss_agg_mode)
     loss = pg_loss - settings.entropy_coeff * entropy_loss

@@ -47,6 +47,8 @@ from repro.reward import compute_score
 from repro.rundir import MetricsWriter, RunDir
 from repro.sampling import BetaBernoulliEstimator, SamplerSpec, StepSampler, make_estimator
 
+PENDING_FILE = "pending_step.pt"  # async schedule: the next step's batch, sampled before this step's update
+
 
 class StopRequested(Exception):
     """`fit` stopped after `step` (checkpointed) because the run's allocation is ending."""
@@ -84,6 +86,33 @@ class EpochLoader:
         self.epoch, self.pos = int(state["epoch"]), int(state["pos"])
         self.order = np.asarray(state["order"], dtype=np.int64)
         self.rng.bit_generator.state = state["rng"]
+
+
+@dataclass
+class Sampled:
+    """A step's sampling, ready for its update: what the async schedule hands from the generating thread to
+    the training one, and saves in the checkpoint so a resumed run updates on exactly the same batch."""
+
+    step: int
+    result: Any  # repro.sampling.StepResult
+    batch: Any  # repro.local.generate.Batch
+    adv: torch.Tensor
+    timing: dict[str, float]
+    epoch: int
+    rollout_log_prob: torch.Tensor | None = None  # the sampling weights' log-probs (async schedule only)
+
+
+def rollout_correction(
+    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """verl's truncated importance weights pi_now / pi_sampling per token (rollout_is=token, threshold 2.0,
+    verl's defaults for algorithm.rollout_correction) and its rollout_corr/* metrics."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+    weights, _mask, metrics = compute_rollout_correction_and_rejection_mask(
+        old_log_prob, rollout_log_prob, response_mask, rollout_is="token", rollout_is_threshold=2.0
+    )
+    return weights.batch["rollout_is_weights"], {k: float(v) for k, v in metrics.items()}  # named rollout_corr/*
 
 
 @dataclass
@@ -198,6 +227,8 @@ class CpuTrainer:
                 template_for(config.backbone),
             )
         self.step = 0
+        self._pending: Sampled | None = None  # async: the next step's sampling, done while this one trained
+        self._behaviour: torch.nn.Module | None = None  # async: the weights the next step samples with
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def save(self, step: int, metrics: dict[str, float]) -> None:
@@ -216,6 +247,8 @@ class CpuTrainer:
         )
         if self.estimator is not None:
             self.estimator.save(staging / "estimator.json")
+        if self._pending is not None:  # async: the next step, sampled by the weights before this update
+            torch.save(self._pending, staging / PENDING_FILE)
         (staging / "metrics.json").write_text(json.dumps({"step": step, "data": metrics}))
         self.rundir.commit_checkpoint(step, staging)
         self.rundir.prune_checkpoints(keep_every=self.train.save_freq, keep_last=1)
@@ -242,14 +275,18 @@ class CpuTrainer:
         self.loader.load_state_dict(state["loader"])
         if self.estimator is not None:
             self.estimator = BetaBernoulliEstimator.load(folder / "estimator.json")
+        pending = folder / PENDING_FILE
+        self._pending = torch.load(pending, weights_only=False) if pending.exists() else None
         self.step = step
         return json.loads((folder / "metrics.json").read_text())
 
     # ---- one step ------------------------------------------------------------------------------
-    def _generate(self, slots_prompts: list[Prompt], counts: np.ndarray) -> tuple[list[list[int]], list[float]]:
+    def _generate(
+        self, model: torch.nn.Module, slots_prompts: list[Prompt], counts: np.ndarray
+    ) -> tuple[list[list[int]], list[float]]:
         flat_prompts = [p for p, c in zip(slots_prompts, counts, strict=True) for _ in range(int(c))]
         responses = sample(
-            self.model,
+            model,
             [p.question_ids for p in flat_prompts],
             max_new_tokens=self.train.max_response_length,
             eos_id=self.tokenizer.eos_token_id,
@@ -260,8 +297,10 @@ class CpuTrainer:
         scores = [compute_score(p.data_source, t, p.ground_truth) for p, t in zip(flat_prompts, texts, strict=True)]
         return responses, scores
 
-    def train_step(self, step: int) -> dict[str, float]:
-        t_step = time.perf_counter()
+    def _sample_step(self, step: int, model: torch.nn.Module, behaviour_logprobs: bool = False) -> Sampled:
+        """Everything of a step before the update: the method's sampling with `model`, the update batch and its
+        advantages (Est's estimator learns here). With `behaviour_logprobs`, also the sampling model's
+        log-probs of the update batch, which the async schedule's correction needs."""
         timing = {"gen": 0.0, "reward": 0.0}
         sampler = StepSampler(
             self.spec, self.loader.draw(self.train.train_prompt_batch_size), step=step, estimator=self.estimator
@@ -277,7 +316,7 @@ class CpuTrainer:
             t0 = time.perf_counter()
             ids = sampler.prompt_ids
             batch_prompts = [self.prompts[ids[s]] for s in slots]
-            responses, scores = self._generate(batch_prompts, counts)
+            responses, scores = self._generate(model, batch_prompts, counts)
             timing["gen"] += time.perf_counter() - t0
             rewards = np.zeros((slots.size, int(counts.max())))
             cursor = 0
@@ -294,15 +333,45 @@ class CpuTrainer:
         batch = make_batch(prompts, responses, self.tokenizer.pad_token_id)
         adv = torch.tensor(result.advantage, dtype=torch.float32)[:, None] * batch.response_mask
         timing["adv"] = time.perf_counter() - t0
+        rollout_log_prob = None
+        if behaviour_logprobs:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                rollout_log_prob, _ = response_logprobs(model, batch, with_entropy=False)
+            timing["rollout_log_prob"] = time.perf_counter() - t0
+        return Sampled(step, result, batch, adv, timing, self.loader.epoch, rollout_log_prob)
+
+    def train_step(self, step: int) -> dict[str, float]:
+        """One synchronous step: sample with the current weights, then update them."""
+        t_step = time.perf_counter()
+        metrics = self._update(self._sample_step(step, self.model))
+        metrics["timing_s/step"] = time.perf_counter() - t_step
+        return metrics
+
+    def _update(self, sampled: Sampled, staleness: int = 0) -> dict[str, float]:
+        """The PPO update of one sampled step. A batch sampled by older weights (`staleness` > 0) is corrected
+        with verl's own truncated token-level importance weights (rollout_is=token, threshold 2), as verl's
+        async trainers do with algorithm.rollout_correction."""
+        result, batch, adv, timing = sampled.result, sampled.batch, sampled.adv, dict(sampled.timing)
         t0 = time.perf_counter()
         with torch.no_grad():
             old_log_prob, _ = response_logprobs(self.model, batch, with_entropy=False)
         timing["old_log_prob"] = time.perf_counter() - t0
+        is_weights, corr_metrics = None, {}
+        if sampled.rollout_log_prob is not None:
+            is_weights, corr_metrics = rollout_correction(old_log_prob, sampled.rollout_log_prob, batch.response_mask)
         t0 = time.perf_counter()
         actor: dict[str, list[float]] = {}
         for rows in self._mini_batches(result.slot):
             out = ppo_update(
-                self.model, self.optimizer, select(batch, rows), adv[rows], old_log_prob[rows], self.actor_cfg, self.ppo
+                self.model,
+                self.optimizer,
+                select(batch, rows),
+                adv[rows],
+                old_log_prob[rows],
+                self.actor_cfg,
+                self.ppo,
+                rollout_is_weights=None if is_weights is None else is_weights[rows],
             )
             for k, v in out.items():
                 actor.setdefault(k, []).append(v)
@@ -318,11 +387,62 @@ class CpuTrainer:
             **{k: float(np.mean(v)) for k, v in actor.items()},
             "actor/lr": float(self.scheduler.get_last_lr()[0]),
             **result.metrics,
-            "training/global_step": float(step),
-            "training/epoch": float(self.loader.epoch),
+            **corr_metrics,
+            "training/global_step": float(sampled.step),
+            "training/epoch": float(sampled.epoch),
         }
+        if self.train.async_rollout:
+            metrics["async/staleness"] = float(staleness)
         for key, seconds in timing.items():
             metrics[f"timing_s/{key}"] = seconds
+        return metrics
+
+    def _async_step(self, step: int, last: int) -> dict[str, float]:
+        """One step of the one-step-stale schedule: step+1 is sampled in a thread by a copy of the weights
+        before this update while the update runs; this step's batch was sampled the same way one step ago
+        (or, first in an attempt without a saved pending batch, by the current weights: staleness 0).
+
+        What runs concurrently touches disjoint state: the thread owns the sampling generator, the data
+        loader, Est's estimator and the weight copy; the main thread owns the model, optimizer and
+        scheduler. The pending batch is part of the checkpoint, so a resume updates on the same batch."""
+        import copy
+        import threading
+
+        t_step = time.perf_counter()
+        current, staleness = self._pending, 1
+        if current is None or current.step != step:
+            current, staleness = self._sample_step(step, self.model, behaviour_logprobs=True), 0
+        self._pending = None
+        ahead: dict[str, Any] = {}
+        thread = None
+        if step < last:
+            if self._behaviour is None:
+                self._behaviour = copy.deepcopy(self.model)
+            else:
+                self._behaviour.load_state_dict(self.model.state_dict())
+            self._behaviour.eval()
+
+            def sample_ahead() -> None:
+                ahead["t0"] = time.perf_counter()
+                try:
+                    ahead["sampled"] = self._sample_step(step + 1, self._behaviour, behaviour_logprobs=True)
+                except BaseException as exc:  # re-raised in the main thread
+                    ahead["error"] = exc
+                ahead["t1"] = time.perf_counter()
+
+            thread = threading.Thread(target=sample_ahead, name=f"sample-step-{step + 1}", daemon=True)
+            thread.start()
+        u0 = time.perf_counter()
+        metrics = self._update(current, staleness=staleness)
+        u1 = time.perf_counter()
+        if thread is not None:
+            thread.join()
+            if "error" in ahead:
+                raise ahead["error"]
+            self._pending = ahead["sampled"]
+            overlap = max(0.0, min(u1, ahead["t1"]) - max(u0, ahead["t0"]))
+            metrics["timing_s/overlap"] = overlap  # generation seconds hidden behind the update
+            metrics["timing_s/gen_ahead"] = ahead["t1"] - ahead["t0"]
         metrics["timing_s/step"] = time.perf_counter() - t_step
         return metrics
 
@@ -350,7 +470,7 @@ class CpuTrainer:
                         tracking.log(record["data"], record["step"])
                 last = self.train.total_training_steps
                 for step in range(self.step + 1, last + 1):
-                    metrics = self.train_step(step)
+                    metrics = self._async_step(step, last) if self.train.async_rollout else self.train_step(step)
                     if self.heldout is not None and is_eval_step(step, self.train.eval_every, last):
                         # after the update, so it scores the model saved as this step's checkpoint
                         metrics.update(self.heldout(self.model, self.config.seed, step))

@@ -36,8 +36,9 @@ __all__ = [
     "sort_methods",
 ]
 
-# The paper's nine method keys in the order legends and bars list them. GRPO family in blues (darker =
-# fewer samples), DAPO purple, Seq in warm colours (streamed variants a lighter shade), Est green.
+# The catalog's ten method keys in the order legends and bars list them. GRPO family in blues (darker =
+# fewer samples), DAPO purple, Seq in warm colours (streamed variants a lighter shade), Est green (as released
+# a lighter shade).
 METHOD_ORDER: tuple[str, ...] = (
     "grpo-n4",
     "grpo-n8",
@@ -46,6 +47,7 @@ METHOD_ORDER: tuple[str, ...] = (
     "seq-pos",
     "seq-balance",
     "est",
+    "est-released",
     "seq-pos-stream",
     "seq-balance-stream",
 )
@@ -57,6 +59,7 @@ METHOD_COLORS: dict[str, str] = {
     "seq-pos": "#e6820e",
     "seq-balance": "#c8283c",
     "est": "#2e9e4f",
+    "est-released": "#8fd19e",
     "seq-pos-stream": "#f5bd6b",
     "seq-balance-stream": "#f08a9a",
 }
@@ -100,6 +103,10 @@ def method_color(method: str) -> str:
     """The fixed colour of a method key; unknown keys get a stable colour from a fallback palette."""
     if method in METHOD_COLORS:
         return METHOD_COLORS[method]
+    if method.endswith("-async") and method[: -len("-async")] in METHOD_COLORS:  # its method's, darker
+        from matplotlib.colors import to_hex, to_rgb
+
+        return to_hex(tuple(0.6 * c for c in to_rgb(METHOD_COLORS[method[: -len("-async")]])))
     digest = hashlib.sha1(method.encode()).digest()
     return _FALLBACK[digest[0] % len(_FALLBACK)]
 

@@ -1,6 +1,12 @@
 """The algorithm core: framework-free (numpy only) samplers shared by every driver."""
 
-from repro.sampling.allocation import allocate, continuous_allocation, largest_remainder, residual_weights
+from repro.sampling.allocation import (
+    allocate,
+    continuous_allocation,
+    inverse_allocation,
+    largest_remainder,
+    residual_weights,
+)
 from repro.sampling.drive import run_step_sync
 from repro.sampling.estimator import BetaBernoulliEstimator
 from repro.sampling.result import StepResult
@@ -10,7 +16,9 @@ from repro.sampling.step import DapoCapExceeded, StepSampler
 
 def make_estimator(spec: SamplerSpec) -> BetaBernoulliEstimator:
     """The estimator an Est run keeps across steps, configured from the spec."""
-    return BetaBernoulliEstimator(spec.kappa, spec.decay, spec.p_min, spec.prior_mean_init)
+    return BetaBernoulliEstimator(
+        spec.kappa, spec.decay, spec.p_min, spec.prior_mean_init, spec.prior, spec.prior_alpha, spec.prior_beta
+    )
 
 
 __all__ = [
@@ -21,6 +29,7 @@ __all__ = [
     "StepSampler",
     "allocate",
     "continuous_allocation",
+    "inverse_allocation",
     "largest_remainder",
     "make_estimator",
     "residual_weights",

@@ -36,3 +36,12 @@ def global_baseline_advantage(
     """Reinforce-Ada's A_i = r_i - mean(whole pool); optional division by the pool's std (ablation)."""
     centred = rewards - pool_mean
     return centred if pool_std is None else centred / (pool_std + epsilon)
+
+
+def released_est_baseline(positives: np.ndarray, drawn: np.ndarray) -> np.ndarray:
+    """The released Est's baseline per prompt: the share of positives among its responses this step, and 0
+    for a prompt that drew one response (the released fork's grpo with global counts gives a group of one
+    mean 0 and std 1; run_reinforce_ada.sh sets norm_adv_by_std_in_grpo=False, so A = r - baseline)."""
+    drawn = np.asarray(drawn, dtype=float)
+    share = np.divide(np.asarray(positives, dtype=float), drawn, out=np.zeros(drawn.size), where=drawn > 0)
+    return np.where(drawn > 1, share, 0.0)

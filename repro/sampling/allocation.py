@@ -1,6 +1,9 @@
-"""Reinforce-Ada-Est's budget split: N_x ∝ 1/sqrt(p_hat_x), clamped, integer, summing to the budget."""
+"""Reinforce-Ada-Est's budget split: N_x ∝ 1/sqrt(p_hat_x), clamped, integer, summing to the budget; and the
+released sampler's split (1 each, the rest ∝ 1/p_hat_x, no cap)."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -77,3 +80,30 @@ def residual_weights(p_hat: np.ndarray, w_max: float) -> np.ndarray:
     """
     g = 1.0 / np.sqrt(np.asarray(p_hat, dtype=float))
     return np.minimum(g / g.mean(), w_max)
+
+
+def inverse_allocation(p_hat: np.ndarray, budget: int) -> np.ndarray:
+    """The released Est's split (RLHFlow/Reinforce-Ada ray_trainer_ema.py): one response per prompt, the
+    other `budget - prompts` shared in proportion to 1/max(p_hat, 1e-6), floors first, then one more each
+    to the largest fractional parts (ties in batch order, as Python's stable sort leaves them), no cap.
+
+    The arithmetic is the released code's, in Python floats and in the same order (a sequential sum of the
+    weights, `rest * (w / sum)`), so an allocation a hair from an integer rounds the way it did there.
+    """
+    weights = [1.0 / max(float(p), 1e-6) for p in np.asarray(p_hat, dtype=float)]
+    count = len(weights)
+    out = np.ones(count, dtype=np.int64)
+    rest = max(0, int(budget) - count)
+    total = 0.0
+    for w in weights:
+        total += w
+    if rest <= 0 or total <= 0:
+        return out
+    shares = [rest * (w / total) for w in weights]
+    floors = [math.floor(v) for v in shares]
+    out += np.asarray(floors, dtype=np.int64)
+    leftover = rest - sum(floors)
+    order = sorted(range(count), key=lambda i: shares[i] - floors[i], reverse=True)
+    for i in range(leftover):
+        out[order[i % count]] += 1
+    return out

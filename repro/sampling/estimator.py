@@ -23,13 +23,32 @@ class BetaBernoulliEstimator:
 
     A prompt seen for the first time starts from the running batch pass rate with strength `kappa`;
     that running rate is itself a decayed ratio of batch totals, so it tracks the policy as it learns.
+
+    `prior="fixed"` is the released sampler's estimator (RLHFlow/Reinforce-Ada ray_trainer_ema.py): (a, b)
+    are decayed counts starting at 0, and a fixed Beta(alpha, beta) is added only when p_hat is read,
+    p_hat = (alpha + a) / (alpha + beta + a + b), so the prior itself never decays and an unseen prompt has
+    p_hat = alpha / (alpha + beta) (1/17 with the released Beta(1, 16)).
     """
 
-    def __init__(self, kappa: float, decay: float, p_min: float, prior_mean_init: float = 0.5) -> None:
+    def __init__(
+        self,
+        kappa: float,
+        decay: float,
+        p_min: float,
+        prior_mean_init: float = 0.5,
+        prior: str = "running",
+        alpha: float = 1.0,
+        beta: float = 16.0,
+    ) -> None:
+        if prior not in ("running", "fixed"):
+            raise ValueError(f"prior must be running or fixed, got {prior!r}")
         self.kappa = float(kappa)
         self.decay = float(decay)
         self.p_min = float(p_min)
         self.prior_mean_init = float(prior_mean_init)
+        self.prior = prior
+        self.alpha = float(alpha)
+        self.beta = float(beta)
         self._row: dict[str, int] = {}
         self._a = np.zeros(0)
         self._b = np.zeros(0)
@@ -40,6 +59,8 @@ class BetaBernoulliEstimator:
         return len(self._row)
 
     def prior_mean(self) -> float:
+        if self.prior == "fixed":
+            return self.alpha / (self.alpha + self.beta)
         return self._sum_k / self._sum_m if self._sum_m > 0 else self.prior_mean_init
 
     def _rows(self, ids: Sequence[Hashable], create: bool) -> np.ndarray:
@@ -49,9 +70,9 @@ class BetaBernoulliEstimator:
             start = len(self._row)
             for offset, key in enumerate(missing):
                 self._row[key] = start + offset
-            m0 = self.prior_mean()
-            self._a = np.concatenate([self._a, np.full(len(missing), self.kappa * m0)])
-            self._b = np.concatenate([self._b, np.full(len(missing), self.kappa * (1.0 - m0))])
+            m0, strength = self.prior_mean(), 0.0 if self.prior == "fixed" else self.kappa
+            self._a = np.concatenate([self._a, np.full(len(missing), strength * m0)])
+            self._b = np.concatenate([self._b, np.full(len(missing), strength * (1.0 - m0))])
         return np.array([self._row.get(k, -1) for k in keys], dtype=np.int64)
 
     def posterior_mean(self, ids: Sequence[Hashable]) -> np.ndarray:
@@ -60,6 +81,9 @@ class BetaBernoulliEstimator:
         out = np.full(rows.size, self.prior_mean())
         seen = rows >= 0
         a, b = self._a[rows[seen]], self._b[rows[seen]]
+        if self.prior == "fixed":
+            out[seen] = (self.alpha + a) / (self.alpha + self.beta + a + b)
+            return out
         total = a + b
         out[seen] = np.where(total > 0, a / np.where(total > 0, total, 1.0), self.prior_mean())
         return out
@@ -90,6 +114,9 @@ class BetaBernoulliEstimator:
                 "decay": self.decay,
                 "p_min": self.p_min,
                 "prior_mean_init": self.prior_mean_init,
+                "prior": self.prior,
+                "alpha": self.alpha,
+                "beta": self.beta,
             },
             "running": {"sum_k": self._sum_k, "sum_m": self._sum_m},
             "prompts": {"ids": keys, "a": self._a.tolist(), "b": self._b.tolist()},
@@ -101,6 +128,9 @@ class BetaBernoulliEstimator:
         params = state["params"]
         self.kappa, self.decay = float(params["kappa"]), float(params["decay"])
         self.p_min, self.prior_mean_init = float(params["p_min"]), float(params["prior_mean_init"])
+        # states saved before the released prior existed are running-prior states
+        self.prior = str(params.get("prior", "running"))
+        self.alpha, self.beta = float(params.get("alpha", 1.0)), float(params.get("beta", 16.0))
         self._sum_k = float(state["running"]["sum_k"])
         self._sum_m = float(state["running"]["sum_m"])
         prompts = state["prompts"]

@@ -15,6 +15,19 @@ ExitRule = Literal["pos", "balance"]
 Downsample = Literal["random", "first"]
 Unresolved = Literal["keep", "drop"]
 OnCap = Literal["short", "error"]
+Allocation = Literal["sqrt", "inverse"]
+Prior = Literal["running", "fixed"]
+EstAdvantage = Literal["weighted", "released"]
+
+
+# Fields added after the first runs were made (issue 23: the released Est), with their defaults.
+LATER_DEFAULTS: dict[str, Any] = {
+    "allocation": "sqrt",
+    "prior": "running",
+    "prior_alpha": 1.0,
+    "prior_beta": 16.0,
+    "est_advantage": "weighted",
+}
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,13 @@ class SamplerSpec:
     p_min: float = 0.02
     w_max: float = 5.0
     prior_mean_init: float = 0.5
+    # est as released (RLHFlow/Reinforce-Ada ray_trainer_ema.py): 1 + a share of the rest in proportion to
+    # 1/p_hat with no cap, a fixed Beta(prior_alpha, prior_beta) prior, r minus the pool's positive share
+    allocation: Allocation = "sqrt"
+    prior: Prior = "running"
+    prior_alpha: float = 1.0
+    prior_beta: float = 16.0
+    est_advantage: EstAdvantage = "weighted"
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -75,7 +95,10 @@ class SamplerSpec:
             if self.n % 2:
                 out.append(f"seq needs an even n (n/2 positives and n/2 negatives), got {self.n}")
         if self.kind == "est":
-            if not (1 <= self.n_min <= self.n_avg <= self.n_max):
+            if self.allocation == "inverse":  # one each and no cap: n_min and n_max are not read
+                if self.n_avg < 1:
+                    out.append(f"n_avg must be >= 1, got {self.n_avg}")
+            elif not (1 <= self.n_min <= self.n_avg <= self.n_max):
                 out.append(f"need 1 <= n_min <= n_avg <= n_max, got {self.n_min}, {self.n_avg}, {self.n_max}")
             if not (0 < self.decay <= 1):
                 out.append(f"decay must be in (0, 1], got {self.decay}")
@@ -83,6 +106,14 @@ class SamplerSpec:
                 out.append(f"p_min must be in (0, 1), got {self.p_min}")
             if self.kappa <= 0 or self.w_max <= 0:
                 out.append("kappa and w_max must be > 0")
+            if self.allocation not in ("sqrt", "inverse"):
+                out.append(f"allocation must be sqrt or inverse, got {self.allocation!r}")
+            if self.prior not in ("running", "fixed"):
+                out.append(f"prior must be running or fixed, got {self.prior!r}")
+            if self.prior_alpha <= 0 or self.prior_beta <= 0:
+                out.append("prior_alpha and prior_beta must be > 0")
+            if self.est_advantage not in ("weighted", "released"):
+                out.append(f"est_advantage must be weighted or released, got {self.est_advantage!r}")
         if self.downsample not in ("random", "first"):
             out.append(f"downsample must be random or first, got {self.downsample!r}")
         if self.unresolved not in ("keep", "drop"):
@@ -91,7 +122,14 @@ class SamplerSpec:
 
     @property
     def pool_cap(self) -> int:
-        """The most responses one prompt can get in a step: the width of the pool arrays."""
+        """The most responses one prompt can get in a step of one prompt: the width of the pool arrays.
+        The released Est allocation has no cap but the budget: see `pool_cap_for`."""
+        return self.pool_cap_for(1)
+
+    def pool_cap_for(self, prompts: int) -> int:
+        """The most responses one prompt can get in a step of `prompts` prompts."""
+        if self.kind == "est" and self.allocation == "inverse":
+            return 1 + (self.n_avg - 1) * max(1, prompts)
         return {
             "uniform": self.n,
             "dapo": self.n,
@@ -100,7 +138,14 @@ class SamplerSpec:
         }[self.kind]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field, but the ones added after runs existed are left out while all of them keep their
+        defaults: a run's stored config (and a verl cell's override list) then reads as it did before they
+        existed, so a run made before them resumes."""
+        out = asdict(self)
+        if all(out[name] == default for name, default in LATER_DEFAULTS.items()):
+            for name in LATER_DEFAULTS:
+                del out[name]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SamplerSpec:

@@ -17,8 +17,8 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from repro.sampling.advantage import global_baseline_advantage, group_stats, grpo_advantage
-from repro.sampling.allocation import allocate, residual_weights
+from repro.sampling.advantage import global_baseline_advantage, group_stats, grpo_advantage, released_est_baseline
+from repro.sampling.allocation import allocate, inverse_allocation, residual_weights
 from repro.sampling.downsample import select_group
 from repro.sampling.estimator import BetaBernoulliEstimator
 from repro.sampling.metrics import step_metrics
@@ -56,7 +56,7 @@ class StepSampler:
             self._rng = np.random.default_rng([spec.seed, step] if rng is None else rng)
         self._estimator = estimator
         self._target = len(prompt_ids)
-        cap = spec.pool_cap
+        cap = self._cap = spec.pool_cap_for(len(prompt_ids))
         self._ids: list[Hashable] = []
         self._rewards = np.zeros((0, cap))
         self._count = np.zeros(0, dtype=np.int64)
@@ -76,8 +76,15 @@ class StepSampler:
             if estimator is None:
                 raise ValueError("est needs a BetaBernoulliEstimator that persists across steps")
             self.p_hat = estimator.p_hat(list(prompt_ids))
-            quota = allocate(self.p_hat, spec.n_avg * len(prompt_ids), spec.n_min, spec.n_max)
-            self.weight = residual_weights(self.p_hat, spec.w_max)
+            budget = spec.n_avg * len(prompt_ids)
+            if spec.allocation == "inverse":
+                quota = inverse_allocation(self.p_hat, budget)
+            else:
+                quota = allocate(self.p_hat, budget, spec.n_min, spec.n_max)
+            if spec.est_advantage == "weighted":
+                self.weight = residual_weights(self.p_hat, spec.w_max)
+            else:
+                self.weight = np.ones(len(prompt_ids))
         else:
             quota = np.full(len(prompt_ids), spec.n)
         self._append(prompt_ids, quota)
@@ -95,7 +102,7 @@ class StepSampler:
         k = len(ids)
         start = len(self._ids)
         self._ids.extend(ids)
-        self._rewards = np.concatenate([self._rewards, np.zeros((k, self.spec.pool_cap))])
+        self._rewards = np.concatenate([self._rewards, np.zeros((k, self._cap))])
         zeros = np.zeros(k, dtype=np.int64)
         self._count = np.concatenate([self._count, zeros])
         self._npos = np.concatenate([self._npos, zeros])
@@ -234,7 +241,7 @@ class StepSampler:
     # ---- the update ----------------------------------------------------------------------------
     def _mixed(self) -> np.ndarray:
         """Groups whose rewards are not all equal (DAPO's criterion: std > 0)."""
-        valid = np.arange(self.spec.pool_cap)[None, :] < self._count[:, None]
+        valid = np.arange(self._cap)[None, :] < self._count[:, None]
         hi = np.where(valid, self._rewards, -np.inf).max(axis=1, initial=-np.inf)
         lo = np.where(valid, self._rewards, np.inf).min(axis=1, initial=np.inf)
         return (self._count > 1) & (hi > lo) & ~self._failed
@@ -248,7 +255,7 @@ class StepSampler:
         self._finalized = True
         spec = self.spec
         slots_n = self.num_slots
-        valid = np.arange(spec.pool_cap)[None, :] < self._count[:, None]
+        valid = np.arange(self._cap)[None, :] < self._count[:, None]
         positive = valid & (self._rewards > spec.positive_threshold)
         included = ~self._failed
         if spec.kind == "seq":
@@ -267,6 +274,9 @@ class StepSampler:
         _, pool_mean, pool_std = group_stats(np.nonzero(valid)[0], self._rewards[valid], slots_n)
         if spec.kind in ("uniform", "dapo"):
             advantage = grpo_advantage(slot, reward, slots_n, spec.norm_adv_by_std, spec.epsilon)
+        elif spec.kind == "est" and spec.est_advantage == "released":
+            pool_mean = released_est_baseline(self._npos, self._count)  # what the verl estimator subtracts too
+            advantage = reward - pool_mean[slot]
         else:
             advantage = global_baseline_advantage(
                 reward, pool_mean[slot], pool_std[slot] if spec.global_std_norm else None, spec.epsilon
@@ -289,7 +299,7 @@ class StepSampler:
             reward=reward,
             advantage=advantage,
         )
-        first = np.arange(spec.pool_cap)[None, :] < np.minimum(self._first_request, self._count)[:, None]
+        first = np.arange(self._cap)[None, :] < np.minimum(self._first_request, self._count)[:, None]
         result.metrics = step_metrics(
             result,
             first_request=self._first_request,

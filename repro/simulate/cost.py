@@ -203,6 +203,18 @@ class MethodCost:
     critical_path_s: float  # a second lower bound: no schedule finishes a prompt before its chain
     ratio_to_grpo_n4: float | None = None
     seconds: float = 0.0
+    # the overlapped (async) schedule (repro.simulate.overlap), None when not simulated
+    async_step_s: float | None = None
+    async_generation_s: float | None = None
+    async_staleness_max: int | None = None
+    async_staleness_mean: float | None = None
+    async_ratio_to_grpo_n4: float | None = None  # over GRPO-n4's synchronous step, as the paper's ratios are
+
+    @property
+    def floor_s(self) -> float:
+        """No schedule on these servers beats generating the step's tokens at peak throughput, then updating
+        (colocated: the servers sleep during the update)."""
+        return self.lower_bound_s + self.train_s
 
     @property
     def generation_over_bound(self) -> float:
@@ -217,6 +229,7 @@ class MethodCost:
             **asdict(self),
             "generation_over_bound": self.generation_over_bound,
             "generation_over_both_bounds": self.generation_over_both_bounds,
+            "floor_s": self.floor_s,
         }
 
 
@@ -232,19 +245,14 @@ def simulate_cost(
     batch: int,
     seed: int,
     on_step: Callable[[], None] | None = None,
+    overlap: bool = False,
+    ahead: int = 1,
 ) -> MethodCost:
     """Mean per-step cost of one method over `steps` steps; prompt order and response streams depend on
-    the seed only, so every method meets the same prompts with the same responses."""
+    the seed only, so every method meets the same prompts with the same responses. With `overlap`, also the
+    overlapped schedule (`repro.simulate.overlap`, `ahead` steps in flight beyond the one in training)."""
     started = time.perf_counter()
-    order = np.random.default_rng(seed + 1)
-    queue: list[int] = []
-
-    def draw_prompts(k: int) -> list[int]:
-        while len(queue) < k:
-            queue.extend(int(i) for i in order.permutation(pass_rates.size))
-        out = queue[:k]
-        del queue[:k]
-        return out
+    draw_prompts = _prompt_order(pass_rates.size, seed)
 
     estimator = make_estimator(spec) if spec.kind == "est" else None
     costs = []
@@ -269,6 +277,23 @@ def simulate_cost(
         return float(np.mean([getattr(c, attr) for c in costs]))
 
     tokens = mean("generated_tokens")
+    async_fields: dict[str, float | int] = {}
+    if overlap:
+        from repro.simulate.overlap import simulate_overlap
+
+        over = simulate_overlap(
+            spec, pass_rates, server=server, lengths=lengths, train=train, steps=steps, batch=batch, seed=seed,
+            draw_prompts=_prompt_order(pass_rates.size, seed), ahead=ahead,
+            estimator=make_estimator(spec) if spec.kind == "est" else None,
+        )  # fmt: skip
+        async_fields = {
+            "async_step_s": over.step_s,
+            "async_generation_s": over.generation_s,
+            "async_staleness_max": over.staleness_max,
+            "async_staleness_mean": over.staleness_mean,
+        }
+        if on_step:
+            on_step()
     return MethodCost(
         method=name,
         kind=spec.kind,
@@ -285,10 +310,29 @@ def simulate_cost(
         drain_s=mean("drain_s"),
         critical_path_s=mean("critical_path_s"),
         seconds=time.perf_counter() - started,
+        **async_fields,
     )
 
 
+def _prompt_order(size: int, seed: int) -> Callable[[int], list[int]]:
+    """Prompts in shuffled epochs from the seed alone: every method and schedule meets the same ones."""
+    order = np.random.default_rng(seed + 1)
+    queue: list[int] = []
+
+    def draw_prompts(k: int) -> list[int]:
+        while len(queue) < k:
+            queue.extend(int(i) for i in order.permutation(size))
+        out = queue[:k]
+        del queue[:k]
+        return out
+
+    return draw_prompts
+
+
 def add_ratios(rows: list[MethodCost], reference: str = "grpo-n4") -> None:
+    """Every step time over the reference method's synchronous step, the paper's Table 2 convention."""
     ref = next((r for r in rows if r.method == reference), None)
     for row in rows:
         row.ratio_to_grpo_n4 = row.step_s / ref.step_s if ref else None
+        if row.async_step_s is not None:
+            row.async_ratio_to_grpo_n4 = row.async_step_s / ref.step_s if ref else None

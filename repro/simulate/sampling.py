@@ -76,7 +76,8 @@ def simulate_method(
     prompts = _EpochSampler(pass_rates.size, np.random.default_rng(seed + 1))
     estimator = make_estimator(spec) if spec.kind == "est" else None
     seq = seq_exact(pass_rates, spec) if spec.kind == "seq" else None
-    size_hist = np.zeros(spec.pool_cap + 1)
+    cap = spec.pool_cap_for(batch)
+    size_hist = np.zeros(cap + 1)
     per_step_draws, signal, zero, unresolved = [], [], [], []
     ex_signal, ex_zero, ex_unres = [], [], []
     extra: dict[str, list[float]] = {}
@@ -93,7 +94,7 @@ def simulate_method(
         p = pass_rates[ids_now]
         met = result.metrics
         size = result.pool_size
-        size_hist += np.bincount(size[:batch], minlength=spec.pool_cap + 1)
+        size_hist += np.bincount(size[:batch], minlength=cap + 1)
         per_step_draws.append(met["sampler/responses_total"] / batch)
         pool_mixed = (result.pool_positives > 0) & (result.pool_positives < size)
         signal.append(met["sampler/signal_frac"])
@@ -119,7 +120,7 @@ def simulate_method(
         if on_step:
             on_step()
 
-    sizes = np.arange(spec.pool_cap + 1)
+    sizes = np.arange(cap + 1)
     draws = np.asarray(per_step_draws)
     exact: dict[str, float | None] = {
         "signal_share": float(np.mean(ex_signal)),

@@ -36,6 +36,7 @@ ENV_VARS_KEY = "ray_init.runtime_env.env_vars."
 CPU_MODULE = "repro.verl_plugin.cpu"  # loaded only for CPU cells
 ENTRY_MODULE = "repro.verl_plugin.entry"
 PRESETS = ("paper", "released")
+RELEASED_EST = "est-released"  # the method whose sampler `--preset released` gives every Est cell
 CPU_PRESET = "cpu"  # a CPU backbone's rehearsal: the CPU trainer's scaled values (repro.local.config)
 
 
@@ -226,9 +227,17 @@ def build_overrides(cell: VerlCell) -> list[str]:
     cpu = backbone.device == "cpu"
     method = catalog.get_method(cell.method)
     catalog.get_prompt_set(cell.prompt_set)
+    if method.asynchronous:
+        raise ReproError(
+            f"{cell.method}: the async schedule runs on the CPU trainer only so far (--engine local); on verl it "
+            "needs a rollout manager that returns before the step's sampling is done, which is not built yet"
+        )
     spec = method.sampler_spec(seed=cell.seed)
     if cell.preset == "released" and spec.kind == "seq":
         spec = spec.with_(downsample=method.sampler["downsample"].released or "first")
+    if cell.preset == "released" and spec.kind == "est":
+        # the released script ran Est through ray_trainer_ema.py: its sampler is est-released's
+        spec = catalog.get_method(RELEASED_EST).sampler_spec(seed=cell.seed)
     if cpu:
         resources, cpu_overrides = catalog.cpu_resources(cell.backbone)
     else:

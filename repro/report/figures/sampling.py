@@ -51,9 +51,8 @@ def seed_mean(training: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
 
 
 def _is_seq(method: str, frame: pd.DataFrame) -> bool:
-    known = catalog.methods()
-    if method in known:
-        return known[method].kind == "seq"
+    if catalog.is_method(method):
+        return catalog.get_method(method).kind == "seq"
     cols = [c for c in (ADDITIONAL, MISSING_POS, MISSING_NEG, RESOLVED_2) if c in frame.columns]
     return bool(cols) and frame.loc[frame["method"] == method, cols].notna().any().any()
 

@@ -71,8 +71,7 @@ _METRIC_LABELS = {
 
 
 def _method_kind(method: str) -> str | None:
-    entry = catalog.methods().get(method)
-    return None if entry is None else entry.kind
+    return catalog.get_method(method).kind if catalog.is_method(method) else None
 
 
 def reward_column(

@@ -1,0 +1,157 @@
+"""The overlapped (async) schedule of the cost model: generation of the next step runs while this one drains.
+
+What verl 0.9.1's v1 `colocate_async` trainer does, read from its source (`trainer_base.py`,
+`trainer_colocate_async.py`): rollout and training share the GPUs, so the update does not run beside
+generation. Instead a step's batch is sampled as soon as its last prompt is done, every replica is aborted and
+put to sleep for the update and weight sync, and generation resumes afterwards with the aborted requests
+continued (`FullyAsyncLLMServerClient` resubmits prompt plus tokens so far). Meanwhile the next steps' prompts
+(`num_warmup_batches` ahead, staleness bounded by `max_off_policy_threshold`) are already in the servers, so
+the slots that a synchronous step leaves idle while its slowest prompts finish are filled with the next
+step's work. Each prompt runs its rounds as a stream (the plugin's async manager keeps each prompt's rounds
+going), so no round barrier remains either.
+
+Modelled as: one continuous-batching engine for the whole run, FIFO as vLLM's default scheduler; every
+prompt of the steps in flight streams its batches; when the oldest step in flight has its last response,
+the engine is frozen for that step's training time and the next step is admitted. Resumed requests keep
+their tokens and pay no second prefill (an optimistic simplification: vLLM's prefix cache usually holds
+them). The step time is the time between the ends of consecutive updates, averaged after the first step
+(which fills the pipeline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from repro.sampling import StepSampler
+from repro.sampling.spec import SamplerSpec
+from repro.simulate.cost import LengthModel, TrainModel, _Draws
+from repro.simulate.engine import BatchingEngine, ServerModel
+
+
+@dataclass
+class OverlapCost:
+    step_s: float  # mean time between consecutive update ends, the pipeline-filling first step left out
+    train_s: float  # mean update time of the same steps (the servers sleep meanwhile)
+    generated_tokens: float  # per step, of the same steps
+    staleness_max: int  # most updates between a trained prompt's first request and its own update
+    staleness_mean: float
+    step_ends: list[float] = field(default_factory=list, repr=False)  # when each update finished
+    train_times: list[float] = field(default_factory=list, repr=False)
+    tokens_per_step: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def generation_s(self) -> float:
+        """The generation window per step: the step minus its update."""
+        return self.step_s - self.train_s
+
+
+def simulate_overlap(
+    spec: SamplerSpec,
+    pass_rates: np.ndarray,
+    *,
+    server: ServerModel,
+    lengths: LengthModel,
+    train: TrainModel,
+    steps: int,
+    batch: int,
+    seed: int,
+    draw_prompts: Callable[[int], Sequence[int]],
+    ahead: int = 1,
+    estimator=None,
+) -> OverlapCost:
+    """`steps + 1` steps (the first fills the pipeline) with `ahead` steps admitted beyond the one in training
+    (verl's `num_warmup_batches`, 1 by default).
+
+    Draws are those of the synchronous schedule (`_Draws` per step and prompt), so every schedule of a
+    method meets the same responses; an Est step allocates from the estimator as it stands when the step is
+    admitted, before the step ahead of it has updated it, which is what staleness does to Est.
+    """
+    if ahead < 0:
+        raise ValueError(f"ahead must be >= 0, got {ahead}")
+    total = steps + 1
+    engine = BatchingEngine(server)
+    paused = 0.0  # seconds the engine was frozen for updates
+    samplers: dict[int, StepSampler] = {}
+    draws: dict[int, _Draws] = {}
+    lengths_of: dict[int, list[list[int]]] = {}  # step -> slot -> lengths of its responses, arrival order
+    first_version: dict[int, list[int | None]] = {}  # step -> slot -> updates done when it was first requested
+    owner: list[tuple[int, int, float, int]] = []  # request id -> (step, slot, reward, length)
+    left: dict[tuple[int, int], int] = {}
+    waiting: dict[tuple[int, int], list[int]] = {}
+    tokens: dict[int, float] = {}
+    trained = 0
+    ends: list[float] = []
+    train_times: list[float] = []
+    staleness: list[int] = []
+
+    def submit(step: int, slot: int, count: int) -> None:
+        rewards, lens = draws[step].next(samplers[step].prompt_ids[slot], count)
+        ids = []
+        for reward, length in zip(rewards, lens, strict=True):
+            ids.append(len(owner))
+            owner.append((step, slot, float(reward), int(length)))
+            engine.submit(ids[-1], int(length))
+        waiting[(step, slot)], left[(step, slot)] = ids, count
+        if first_version[step][slot] is None:
+            first_version[step][slot] = trained
+        tokens[step] = tokens.get(step, 0.0) + float(lens.sum())
+
+    def feed(step: int, slots: Sequence[int]) -> None:
+        """Issue the next batch of each of `slots` that wants one, and DAPO's refill prompts when due."""
+        sampler = samplers[step]
+        if wanted := sampler.prompts_wanted():  # DAPO's refill batch
+            slots = [*slots, *sampler.add_prompts(list(draw_prompts(wanted))).tolist()]
+        while len(lengths_of[step]) < sampler.num_slots:
+            lengths_of[step].append([])
+            first_version[step].append(None)
+        for slot in slots:
+            if count := sampler.request(int(slot)):
+                submit(step, int(slot), count)
+
+    def admit(step: int) -> None:
+        draws[step] = _Draws(pass_rates, lengths, seed, step)
+        samplers[step] = StepSampler(spec, list(draw_prompts(batch)), step=step, estimator=estimator)
+        lengths_of[step], first_version[step] = [], []
+        feed(step, range(samplers[step].num_slots))
+
+    for step in range(min(total, 1 + ahead)):
+        admit(step)
+    current = 0
+    while current < total:
+        if samplers[current].done():
+            result = samplers.pop(current).finalize()
+            kept = [lengths_of[current][int(s)][int(i)] for s, i in zip(result.slot, result.index, strict=True)]
+            train_s = train.fixed + train.per_token * (int(sum(kept)) + len(kept) * server.prompt_tokens)
+            paused += train_s  # the update: every replica aborted and asleep
+            train_times.append(train_s)
+            staleness += [trained - v for v in first_version.pop(current) if v is not None]
+            trained += 1
+            ends.append(engine.now + paused)
+            current += 1
+            if current + ahead < total:
+                admit(current + ahead)
+            continue
+        if engine.idle:
+            raise RuntimeError(f"step {current} is not done but nothing is running")
+        for request_id, _t in engine.step():
+            step, slot, _reward, _length = owner[request_id]
+            key = (step, slot)
+            left[key] -= 1
+            if left[key] == 0:
+                ids = waiting.pop(key)
+                lengths_of[step][slot] += [owner[i][3] for i in ids]
+                samplers[step].observe(slot, np.array([owner[i][2] for i in ids]))
+                feed(step, [slot])
+    return OverlapCost(
+        step_s=float(np.mean(np.diff(ends))) if total > 1 else ends[0],
+        train_s=float(np.mean(train_times[1:] or train_times)),
+        generated_tokens=float(np.mean([tokens[s] for s in range(1, total)] or [tokens[0]])),
+        staleness_max=int(max(staleness)),
+        staleness_mean=float(np.mean(staleness)),
+        step_ends=ends,
+        train_times=train_times,
+        tokens_per_step=[tokens[s] for s in range(total)],
+    )
