@@ -2,8 +2,9 @@
 # The main job on the embedded CPU default: the CPU mini-reproduction of the paper, end to end.
 #   1. paper-scale sampling statistics (`repro simulate`)                      -> results/simulate/
 #   2. the tiny-arith model and its filtered "standard" and "hard" prompt sets -> $REPRO_HOME (first run only)
-#   3. the grid: all seven methods x seeds 0-2 on the standard set (`sweeps/tiny.yaml`), and GRPO-n4,
-#      Seq-pos, Seq-balance x seeds 0-2 on the hard set (`sweeps/tiny-hard.yaml`), each cell evaluated by
+#   3. the grid: all seven methods x seeds 0-2 on the standard set (`sweeps/tiny.yaml`), GRPO-n4,
+#      Seq-pos, Seq-balance x seeds 0-2 on the hard set (`sweeps/tiny-hard.yaml`), and beyond the paper
+#      async Seq-balance and the released Est x seeds 0-2 (`sweeps/tiny-beyond.yaml`), each cell evaluated by
 #      the sweep's evaluation stage right after it trained: Ave@32 on the four tiny-arith tiers (the hard set
 #      also at steps 20 and 50, for the curve over training)                   -> runs/
 #   4. Ave@32 of the base model                                                -> runs/tiny-arith/eval/
@@ -21,6 +22,7 @@ step() { echo; echo "== $* ($(( $(date +%s) - started ))s)"; }
 step "1/5 sampling statistics at paper scale"
 $repro simulate signal-loss --show 1,2,4,8,16,32,64,128,256 --out results/simulate/signal_loss.json
 $repro simulate sampling --out results/simulate/sampling.json
+$repro simulate cost --out results/simulate/cost.json  # step time by schedule: sync, streamed, async (~3 min)
 
 step "2/5 the filtered standard and hard prompt sets (builds the tiny model on first use)"
 $repro data filter --base-samples 16
@@ -34,6 +36,8 @@ $repro data filter --base-samples 16 --pass-rate 0.125  # reuses the standard se
 step "3/5 the grid and its evaluation: sweeps/tiny.yaml and sweeps/tiny-hard.yaml, two cells at a time"
 $repro sweep run sweeps/tiny.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints final
 $repro sweep run sweeps/tiny-hard.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints final
+# beyond the paper: async Seq-balance and the released Est, paired seed by seed with sweeps/tiny.yaml's cells
+$repro sweep run sweeps/tiny-beyond.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints final
 # the curve over training for the hard set: two more of each run's kept checkpoints (the figure eval-curve)
 $repro sweep eval sweeps/tiny-hard.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints 20,50,100
 
@@ -53,8 +57,10 @@ done
 for figure in passk signal-loss; do  # these read the per-response eval records too
   $repro plot "$figure" --results results --runs-root "$runs" --out "results/figures/$figure"
 done
+$repro plot schedules --results results --out results/figures/schedules
 $repro report --results results --out results/REPORT.md
 $repro table weighted-average --results results
 $repro status --runs-root "$runs" --sweep sweeps/tiny.yaml
 $repro status --runs-root "$runs" --sweep sweeps/tiny-hard.yaml
+$repro status --runs-root "$runs" --sweep sweeps/tiny-beyond.yaml
 echo "main job done in $(( $(date +%s) - started ))s"

@@ -37,7 +37,7 @@ def test_two_steps_of_one_prompt_by_hand() -> None:
     ahead = _overlap("grpo-n4", rates, server, lengths, train, steps=1, batch=1, ahead=1)
     wave8 = 100 * (T0 + 8 * T1)
     assert ahead.step_ends == pytest.approx([wave8 + 2.0, wave8 + 4.0], rel=1e-12)
-    assert ahead.step_s == pytest.approx(2.0) and ahead.generation_s == pytest.approx(0.0, abs=1e-9)
+    assert ahead.step_s == pytest.approx((wave8 + 4.0) / 2) and ahead.train_s == pytest.approx(2.0)
     assert ahead.staleness_max == 1  # step 1 was requested before update 0
     none = _overlap("grpo-n4", rates, server, lengths, train, steps=1, batch=1, ahead=0)
     wave4 = 100 * (T0 + 4 * T1)
@@ -74,6 +74,7 @@ def test_one_step_ahead_is_faster_than_sync_and_never_beats_the_floor(method: st
     # and the servers generated nothing during the updates
     floor = sum(over.tokens_per_step) / server.peak_throughput + sum(over.train_times)
     assert over.step_ends[-1] >= floor * (1 - 1e-9)
+    assert over.step_s * len(over.step_ends) == pytest.approx(over.step_ends[-1])  # the whole run over its steps
     assert 1 <= over.staleness_max <= 2 and 0 < over.staleness_mean <= over.staleness_max
     spec = catalog.get_method(method).sampler_spec(seed=0)
     sync = simulate_cost(method, spec, rates, server=server, lengths=lengths, train=train, steps=4, batch=24, seed=0)
@@ -98,3 +99,29 @@ def test_cost_rows_carry_the_async_schedule_and_its_ratio() -> None:
     assert seq.to_dict()["async_step_s"] == seq.async_step_s and "floor_s" in seq.to_dict()
     plain = simulate_cost("grpo-n4", catalog.get_method("grpo-n4").sampler_spec(seed=0), rates, **kw)
     assert plain.async_step_s is None and plain.step_s == ref.step_s  # the sync numbers do not move
+
+
+def test_cli_writes_the_async_columns_and_the_schedules_figure(tmp_path, capsys) -> None:
+    import json
+
+    from repro.cli import main
+
+    cost = tmp_path / "cost.json"
+    argv = ["simulate", "cost", "--methods", "grpo-n4,seq-balance,seq-balance-stream", "--steps", "1"]
+    argv += ["--batch", "16", "--replicas", "1", "--capacity", "32", "--out", str(cost)]
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    assert "async: the overlapped schedule" in " ".join(table.split())  # the caption, however the table wraps
+    doc = json.loads(cost.read_text())
+    assert doc["settings"]["overlap"] is True and doc["settings"]["ahead"] == 1
+    rows = {r["method"]: r for r in doc["methods"]}
+    assert rows["seq-balance"]["async_step_s"] < rows["seq-balance"]["step_s"]
+    assert rows["seq-balance"]["floor_s"] == pytest.approx(
+        rows["seq-balance"]["lower_bound_s"] + rows["seq-balance"]["train_s"]
+    )
+    assert main(["plot", "schedules", "--cost", str(cost), "--out", str(tmp_path / "fig")]) == 0
+    assert (tmp_path / "fig.png").stat().st_size > 10_000 and (tmp_path / "fig.pdf").exists()
+    assert main(["plot", "schedules", "--cost", str(tmp_path / "none.json")]) == 2
+    assert "run `repro simulate cost --out" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    assert main(["plot", "schedules", "--cost", str(tmp_path / "bad.json")]) == 2

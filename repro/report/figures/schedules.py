@@ -73,5 +73,7 @@ def schedules(doc: Mapping[str, Any]) -> Result:
             f"{settings.get('batch', '?')} prompts a step, {settings.get('steps', '?')} steps",
             fontsize=9,
         )
-        ax.legend(fontsize=7, loc="upper left")
+        tallest = max(max(r["step_s"], r.get("async_step_s") or 0.0) for r in rows.values())
+        ax.set_ylim(0, tallest * 1.35)  # room for the legend above the bars
+        ax.legend(fontsize=7, loc="upper left", ncols=2)
     return fig, missing
