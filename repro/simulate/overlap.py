@@ -30,8 +30,8 @@ import numpy as np
 
 from repro.sampling import StepSampler
 from repro.sampling.spec import SamplerSpec
-from repro.simulate.cost import LengthModel, TrainModel, _Draws
 from repro.simulate.engine import BatchingEngine, ServerModel
+from repro.simulate.workload import LengthModel, TrainModel, _Draws
 
 
 @dataclass
