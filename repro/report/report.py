@@ -107,8 +107,11 @@ NO_LOSS_MARGIN = 1.0
 
 
 def _label(method: str) -> str:
-    if method.endswith("-async") and method[: -len("-async")] in LABELS:
-        return LABELS[method[: -len("-async")]] + " async"
+    from repro.catalog import ASYNC_SUFFIX
+
+    base = method.removesuffix(ASYNC_SUFFIX)
+    if base != method and base in LABELS:
+        return LABELS[base] + " async"
     return LABELS.get(method, method)
 
 

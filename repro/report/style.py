@@ -103,10 +103,13 @@ def method_color(method: str) -> str:
     """The fixed colour of a method key; unknown keys get a stable colour from a fallback palette."""
     if method in METHOD_COLORS:
         return METHOD_COLORS[method]
-    if method.endswith("-async") and method[: -len("-async")] in METHOD_COLORS:  # its method's, darker
+    from repro.catalog import ASYNC_SUFFIX
+
+    base = method.removesuffix(ASYNC_SUFFIX)
+    if base != method and base in METHOD_COLORS:  # an async variant: its method's colour, darker
         from matplotlib.colors import to_hex, to_rgb
 
-        return to_hex(tuple(0.6 * c for c in to_rgb(METHOD_COLORS[method[: -len("-async")]])))
+        return to_hex(tuple(0.6 * c for c in to_rgb(METHOD_COLORS[base])))
     digest = hashlib.sha1(method.encode()).digest()
     return _FALLBACK[digest[0] % len(_FALLBACK)]
 
