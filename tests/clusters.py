@@ -3,7 +3,8 @@
 Slurm: Debian's slurm-wlm (installed by `.ci/run`), one node, with a private slurm.conf, spool and log
 folders under a temporary directory (SLURM_CONF points the client commands at it; non-default ports so a
 cluster the machine may already run is left alone). munged is started only if it is not running, and
-then stopped. Ray: `ray start --head` on 127.0.0.1 (ports 6380 / 8266), stopped with `ray stop`.
+then stopped. Ray: `ray start --head` on 127.0.0.1 (ports 6380 / 8266), stopped by killing its own processes only (`ray
+stop` stops every Ray on the machine, which with pytest-xdist includes a verl run in the other worker).
 """
 
 from __future__ import annotations
@@ -177,4 +178,31 @@ def ray_cluster(temp_dir: Path) -> Iterator[str]:
                 time.sleep(1)
         yield address
     finally:
-        subprocess.run([str(ray), "stop", "--force"], capture_output=True, env=env, timeout=120)
+        _stop_ray_cluster(temp_dir, port=6380)
+
+
+def _stop_ray_cluster(temp_dir: Path, port: int) -> None:
+    """SIGKILL this cluster's processes and their children: those naming its temp dir (GCS, raylet, dashboard,
+    monitors) or its GCS port (the client server), so that a concurrent local Ray is left alone."""
+    import psutil
+
+    marks = (str(temp_dir), f":{port} ")
+    roots = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        line = " ".join(proc.info["cmdline"] or []) + " "
+        if proc.pid != os.getpid() and any(mark in line for mark in marks):
+            roots.append(proc)
+    victims = {p.pid: p for root in roots for p in [root, *_children(root)]}
+    for proc in victims.values():
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(list(victims.values()), timeout=30)
+
+
+def _children(proc):
+    import psutil
+
+    try:
+        return proc.children(recursive=True)
+    except psutil.Error:
+        return []

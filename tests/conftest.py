@@ -11,6 +11,26 @@ from clusters import slurm_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# pytest-xdist runs the suite in worker processes (`-n 3 --dist loadgroup`, pyproject's addopts: most of the
+# suite's time is verl's process start-up and Slurm's scheduling waits, which overlap). A test that takes one
+# of these fixtures runs in that fixture's group, one worker per group: an expensive session fixture is then
+# built once, and the single-node Slurm (fixed ports, one munged) and the Ray head (fixed ports) never run
+# twice at once. The first fixture listed that a test takes names its group.
+XDIST_GROUPS = {
+    "slurm": "clusters",
+    "ray_address": "clusters",
+    "verl_sweep": "verl_sweep",
+    "smollm2": "smollm2",
+    "tiny_runs": "tiny_runs",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = next((g for fixture, g in XDIST_GROUPS.items() if fixture in item.fixturenames), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
 
 @pytest.fixture(scope="session")
 def tiny_home(tmp_path_factory) -> Path:
