@@ -2,7 +2,7 @@
 # Create or update ./.venv with everything repro needs. Idempotent: re-runs only when pyproject.toml
 # (or the requested extras) changed since the last successful install.
 #   bash scripts/setup-venv.sh            # runtime only
-#   bash scripts/setup-venv.sh dev        # + pytest, hypothesis, ruff
+#   bash scripts/setup-venv.sh dev        # + pytest, pytest-xdist, hypothesis, ruff, mkdocs (Material)
 #   bash scripts/setup-venv.sh gpu        # + verl 0.9.1's tested GPU stack (GPU machines only), see below
 # `gpu` installs under repro/catalog/gpu_constraints.txt (vLLM 0.24.0, torch 2.11.0 CUDA build from PyPI,
 # transformers 5.9.0: the versions verl 0.9.1 pins) and then an attention backend for verl's FSDP actor,

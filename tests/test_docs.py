@@ -1,0 +1,76 @@
+"""The docs cannot drift from the code: the generated pages equal what scripts/gen-docs.py writes now, a
+hand edit is caught, and the README stays a short page that links only to pages that exist."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GEN = ROOT / "scripts" / "gen-docs.py"
+GENERATED = ("reference.md", "methods.md", "fidelity.md", "troubleshooting.md")
+
+
+def _check(docs: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(GEN), "--check", "--docs-dir", str(docs)], capture_output=True, text=True, cwd=ROOT
+    )
+
+
+def test_the_committed_generated_pages_are_what_the_code_generates():
+    result = _check(ROOT / "docs")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_hand_edited_reference_fails_the_check_and_regenerating_fixes_it(tmp_path):
+    docs = tmp_path / "docs"
+    shutil.copytree(ROOT / "docs", docs)
+    reference = docs / "reference.md"
+    reference.write_text(reference.read_text().replace("--steps", "--stepz", 1))
+    result = _check(docs)
+    assert result.returncode == 1
+    assert result.stdout.strip() == "error: docs/reference.md differ from the code; run `python scripts/gen-docs.py`"
+    subprocess.run([sys.executable, str(GEN), "--docs-dir", str(docs)], check=True, cwd=ROOT)
+    assert _check(docs).returncode == 0
+    assert reference.read_text() == (ROOT / "docs" / "reference.md").read_text()
+
+
+def test_the_reference_lists_every_command_of_the_app():
+    from typer.main import get_command
+
+    from repro.cli import app
+
+    def paths(group, prefix):
+        for name, command in group.commands.items():
+            yield f"{prefix} {name}"
+            if hasattr(command, "commands"):
+                yield from paths(command, f"{prefix} {name}")
+
+    text = (ROOT / "docs" / "reference.md").read_text()
+    missing = [path for path in paths(get_command(app), "repro") if f"`{path}`" not in text]
+    assert not missing
+
+
+def test_the_troubleshooting_page_holds_a_known_message():
+    text = (ROOT / "docs" / "troubleshooting.md").read_text()
+    assert "must be 64 hex digits" in text and text.count("- `error: ") > 100
+
+
+def test_the_readme_is_short_and_its_links_exist():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.encode()) < 8 * 1024
+    assert "bash scripts/main.sh" in readme and "bash scripts/test.sh" in readme
+    targets = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", readme) if not t.startswith("http")]
+    assert targets and all((ROOT / t).exists() for t in targets), targets
+
+
+def test_every_docs_page_is_in_the_nav():
+    import yaml
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    flat = re.findall(r"[\w-]+\.md", str(nav))
+    assert sorted(flat) == sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    assert set(GENERATED) <= set(flat)
