@@ -11,9 +11,10 @@ from clusters import slurm_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# pytest-xdist runs the suite in worker processes (`-n 3 --dist loadgroup`, pyproject's addopts: most of the
-# suite's time is verl's process start-up and Slurm's scheduling waits, which overlap). A test that takes one
-# of these fixtures runs in that fixture's group, one worker per group: an expensive session fixture is then
+# pytest-xdist can run the suite in worker processes (`bash scripts/test.sh -n 3 --dist loadgroup`; not the
+# default yet: on 2026-12-02 the xdist_group marks below did not reach xdist 3.8.0's scheduler, even written
+# as decorators in a two-file probe, so the fixed-port Slurm ran in two workers at once and failed). A test
+# that takes one of these fixtures is marked with that fixture's group, meant as one worker per group: an expensive session fixture is then
 # built once, and the single-node Slurm (fixed ports, one munged) and the Ray head (fixed ports) never run
 # twice at once. The first fixture listed that a test takes names its group.
 XDIST_GROUPS = {
@@ -25,6 +26,30 @@ XDIST_GROUPS = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path factory reads the option
+def pytest_configure(config: pytest.Config) -> None:
+    """A short base temp folder (/tmp/rtXXXXXXXX, unless --basetemp is given; xdist adds popen-gwN to each
+    worker's), and the session's terminal width in every worker."""
+    import tempfile
+
+    if not hasattr(config, "workerinput"):  # the controller, before it starts the workers
+        if config.option.basetemp is None:
+            config.option.basetemp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+        for var in ("COLUMNS", "LINES"):
+            os.environ[f"REPRO_TEST_{var}"] = os.environ.get(var, "")
+        return
+    # an xdist worker starts with COLUMNS=80 and LINES=24 that the session never had: put the session's back,
+    # so repro's piped output is as wide as in a plain run (repro/console.py widens it only without COLUMNS)
+    for var in ("COLUMNS", "LINES"):
+        value = os.environ.pop(f"REPRO_TEST_{var}", None)
+        if value is not None:
+            if value:
+                os.environ[var] = value
+            else:
+                os.environ.pop(var, None)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into each test's group
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         group = next((g for fixture, g in XDIST_GROUPS.items() if fixture in item.fixturenames), None)
