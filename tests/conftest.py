@@ -14,9 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # pytest-xdist can run the suite in worker processes (`bash scripts/test.sh -n 3 --dist loadgroup`; not the
 # default yet: on 2026-12-02 the xdist_group marks below did not reach xdist 3.8.0's scheduler, even written
 # as decorators in a two-file probe, so the fixed-port Slurm ran in two workers at once and failed). A test
-# that takes one of these fixtures is marked with that fixture's group, meant as one worker per group: an expensive session fixture is then
-# built once, and the single-node Slurm (fixed ports, one munged) and the Ray head (fixed ports) never run
-# twice at once. The first fixture listed that a test takes names its group.
+# that takes one of these fixtures is marked with that fixture's group, meant as one worker per group: an
+# expensive session fixture is then built once, and the single-node Slurm (fixed ports, one munged) and the
+# Ray head (fixed ports) never run twice at once. The first fixture listed that a test takes names its group.
 XDIST_GROUPS = {
     "slurm": "clusters",
     "ray_address": "clusters",
