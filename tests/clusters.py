@@ -19,6 +19,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
+
 SLURM_CONF = """\
 ClusterName=repro-test
 SlurmctldHost=localhost
@@ -184,8 +186,6 @@ def ray_cluster(temp_dir: Path) -> Iterator[str]:
 def _stop_ray_cluster(temp_dir: Path, port: int) -> None:
     """SIGKILL this cluster's processes and their children: those naming its temp dir (GCS, raylet, dashboard,
     monitors) or its GCS port (the client server), so that a concurrent local Ray is left alone."""
-    import psutil
-
     marks = (str(temp_dir), f":{port} ")
     roots = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
@@ -199,9 +199,7 @@ def _stop_ray_cluster(temp_dir: Path, port: int) -> None:
     psutil.wait_procs(list(victims.values()), timeout=30)
 
 
-def _children(proc):
-    import psutil
-
+def _children(proc: psutil.Process) -> list[psutil.Process]:
     try:
         return proc.children(recursive=True)
     except psutil.Error:
