@@ -11,17 +11,16 @@ from clusters import slurm_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# pytest-xdist can run the suite in worker processes (`bash scripts/test.sh -n 3 --dist loadgroup`; not the
-# default yet: on 2026-12-02 the xdist_group marks below did not reach xdist 3.8.0's scheduler, even written
-# as decorators in a two-file probe, so the fixed-port Slurm ran in two workers at once and failed). A test
-# that takes one of these fixtures is marked with that fixture's group, meant as one worker per group: an
-# expensive session fixture is then built once, and the single-node Slurm (fixed ports, one munged) and the
-# Ray head (fixed ports) never run twice at once. The first fixture listed that a test takes names its group.
+# The suite runs in pytest-xdist workers (`-n 3 --dist loadgroup` in pyproject's addopts). A test that takes one of
+# these fixtures is marked with that fixture's group, and a group runs in one worker: an expensive session fixture
+# is then built once, and the single-node Slurm (fixed ports, one munged) and the Ray head (fixed ports) never run
+# twice at once. The first fixture listed that a test takes names its group. The groups come first in the run,
+# in this order (the most expensive first), so that no worker is left with a long group at the end.
 XDIST_GROUPS = {
+    "smollm2": "smollm2",
+    "verl_sweep": "verl_sweep",
     "slurm": "clusters",
     "ray_address": "clusters",
-    "verl_sweep": "verl_sweep",
-    "smollm2": "smollm2",
     "tiny_runs": "tiny_runs",
 }
 
@@ -38,6 +37,8 @@ def pytest_configure(config: pytest.Config) -> None:
         for var in ("COLUMNS", "LINES"):
             os.environ[f"REPRO_TEST_{var}"] = os.environ.get(var, "")
         return
+    if config.getvalue("loadgroup"):
+        config.pluginmanager.register(GroupSuffix(), "repro-group-suffix")
     # an xdist worker starts with COLUMNS=80 and LINES=24 that the session never had: put the session's back,
     # so repro's piped output is as wide as in a plain run (repro/console.py widens it only without COLUMNS)
     for var in ("COLUMNS", "LINES"):
@@ -49,12 +50,40 @@ def pytest_configure(config: pytest.Config) -> None:
                 os.environ.pop(var, None)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into each test's group
+def _group(item: pytest.Item) -> str | None:
+    return next((g for fixture, g in XDIST_GROUPS.items() if fixture in item.fixturenames), None)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its group, and put the groups first, most expensive first (a stable sort: every
+    worker collects the same order, as xdist requires)."""
+    order = list(dict.fromkeys(XDIST_GROUPS.values()))
     for item in items:
-        group = next((g for fixture, g in XDIST_GROUPS.items() if fixture in item.fixturenames), None)
+        group = _group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: order.index(g) if (g := _group(item)) else len(order))
+
+
+class GroupSuffix:
+    """Gives each grouped test its `@group` node-id suffix, which is what xdist's loadgroup scheduler groups by.
+
+    xdist 3.8 writes the suffix into `item._nodeid`, but pytest 9.2 keeps a node's id in `item._id` (a
+    `NodeId`), so xdist's suffix never reaches the scheduler and every group is spread over the workers.
+    Registered in workers only; a no-op where xdist's own suffix took.
+    """
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        from _pytest.nodeid import NodeId
+
+        for item in items:
+            marks = item.iter_markers("xdist_group")
+            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in marks})
+            suffix = "@" + "_".join(names)
+            if names and not item.nodeid.endswith(suffix):
+                item._id = NodeId.parse(item.nodeid + suffix)
 
 
 @pytest.fixture(scope="session")
