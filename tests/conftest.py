@@ -15,13 +15,17 @@ ROOT = Path(__file__).resolve().parents[1]
 # these fixtures is marked with that fixture's group, and a group runs in one worker: an expensive session fixture
 # is then built once, and the single-node Slurm (fixed ports, one munged) and the Ray head (fixed ports) never run
 # twice at once. The first fixture listed that a test takes names its group. The groups come first in the run,
-# in this order (the most expensive first), so that no worker is left with a long group at the end.
+# in this order (the most expensive first), then the tests marked `heavy` (a verl run or several trainings of
+# their own), so that no worker is left with a long test at the end.
 XDIST_GROUPS = {
     "smollm2": "smollm2",
     "verl_sweep": "verl_sweep",
     "slurm": "clusters",
     "ray_address": "clusters",
+    "async_run": "verl_async",  # module fixtures: a module's tests split over workers would each build it
     "tiny_runs": "tiny_runs",
+    "evaluated": "eval_shards",
+    "grid": "eval_curve",
 }
 
 
@@ -63,7 +67,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         group = _group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: order.index(g) if (g := _group(item)) else len(order))
+
+    def rank(item: pytest.Item) -> int:
+        group = _group(item)
+        if group is not None:
+            return order.index(group)
+        return len(order) + (0 if item.get_closest_marker("heavy") else 1)
+
+    items.sort(key=rank)
 
 
 class GroupSuffix:

@@ -57,18 +57,34 @@ def test_async_run_is_one_step_stale_corrected_and_overlapped(tiny_env, tmp_path
     assert (kept[-1] / "pending_step.pt").exists() is False
 
 
-def test_sync_runs_keep_their_config_and_refuse_async_on_verl(tiny_env, tmp_path, capsys) -> None:
+def test_sync_runs_keep_their_config_and_async_verl_cells_show_their_keys(tiny_env, tmp_path, capsys) -> None:
+    from repro import catalog
     from repro.cli import main
 
     assert main(["run", "--model", "tiny-arith", "--method", "grpo-n4", "--dry-run", "--steps", "2"]) == 0
     out = capsys.readouterr().out
     assert "async_rollout" not in out  # a sync run's config.yaml reads as before the option existed
-    code = main(["run", "--model", "tiny-arith", "--method", "grpo-n4", "--async", "--engine", "verl", "--dry-run"])
-    assert code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "CPU trainer only so far" in err[0]
+    args = ["run", "--model", "tiny-arith", "--method", "seq-balance", "--engine", "verl", "--dry-run"]
+    assert main([*args, "--set", "trainer.v1.colocate_async.num_warmup_batches=2"]) == 0
+    plain = capsys.readouterr().out
+    assert "async schedule" not in plain and "trainer_mode=repro_sync" in plain
+    assert main([*args, "--async", "--set", "trainer.v1.colocate_async.num_warmup_batches=2"]) == 0
+    out = capsys.readouterr().out
+    schedule = catalog.async_schedule()
+    for key, setting in schedule.items():
+        value = str(setting.value).lower() if isinstance(setting.value, bool) else setting.value
+        line = next(x for x in out.splitlines() if x.startswith(f"#   {key}="))
+        assert f"<- {setting.source}" in line, line  # each key with its reason
+        replaced = key == "trainer.v1.colocate_async.num_warmup_batches"
+        assert line.endswith("[replaced by --set]") == replaced, line
+        if not replaced:
+            assert f"{key}={value}" in out.split("# async schedule")[0]  # and in the command verl gets
+    resolved = out.split("# resolved verl config")[1]  # verl composed and validated it
+    assert "trainer_mode: colocate_async" in resolved or "trainer_mode: repro_colocate_async" in resolved
+    assert "max_off_policy_strategy: wait" in resolved and "rollout_is: token" in resolved
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("method", ["est"])
 def test_kill_and_resume_repeats_the_uninterrupted_async_run(tiny_env, tmp_path, method: str) -> None:
     """SIGKILL after step 3 of 6: the resume updates step 4 on the batch sampled before update 3 (saved in

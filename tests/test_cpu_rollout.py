@@ -78,21 +78,11 @@ def test_responses_stop_at_eos_or_their_own_cap() -> None:
 
 
 def test_server_applies_vllms_max_tokens_rules(tmp_path) -> None:
-    from types import SimpleNamespace
 
-    from repro.verl_plugin.cpu_rollout import CpuRolloutServer
-
-    server = CpuRolloutServer.__new__(CpuRolloutServer)  # the request path only, without loading a model
-    server.config = SimpleNamespace(response_length=16, prompt_length=48, max_num_seqs=8)
-    server.max_model_len = 64
-    server._faults, server._aborted, server._queue = set(), False, {}
-    server._worker, server.requests_served, server.global_steps = None, 0, 3
-    server.model = _Bigram(torch.zeros((4, 4)))
-    server.eos_ids, server.pad_id, server.generator = {3}, 0, torch.Generator().manual_seed(0)
-    server._model_lock = asyncio.Lock()
+    server = _request_side(_Bigram(torch.zeros((4, 4))))
 
     async def go():
-        server._wake = asyncio.Event()
+        server._init_requests()  # its asyncio objects belong to this loop
         short = await server.generate([1] * 60, {"max_tokens": 100}, "a")  # room for 4 tokens only
         default = await server.generate([1] * 10, {}, "b")  # response_length
         return short, default
@@ -102,3 +92,64 @@ def test_server_applies_vllms_max_tokens_rules(tmp_path) -> None:
     assert short.extra_fields["global_steps"] == 3 and short.stop_reason == "completed"
     with pytest.raises(ValueError, match="no room"):
         asyncio.run(server.generate([1] * 64, {}, "c"))
+
+
+def _request_side(model: torch.nn.Module):
+    """A CpuRolloutServer with its request path only (no checkpoint loaded): global_steps 3, cap 16 tokens."""
+    from types import SimpleNamespace
+
+    from repro.verl_plugin.cpu_rollout import CpuRolloutServer
+
+    server = CpuRolloutServer.__new__(CpuRolloutServer)
+    server.config = SimpleNamespace(response_length=16, prompt_length=48, max_num_seqs=8)
+    server.max_model_len = 64
+    server.global_steps = 3
+    server.model = model
+    server.eos_ids, server.pad_id, server.generator = {3}, 0, torch.Generator().manual_seed(0)
+    return server
+
+
+class _Slow(_Bigram):
+    """A bigram model that never emits EOS and takes 20 ms a forward pass: a batch long enough to cut."""
+
+    def forward(self, *args, **kwargs):
+        import time
+
+        time.sleep(0.02)
+        return super().forward(*args, **kwargs)
+
+
+def test_abort_cuts_the_running_batch_parks_new_requests_and_counts_resumes() -> None:
+    """vLLM's pause as verl's vLLMHttpServer drives it: abort_all_requests answers the running requests
+    "aborted" with their partial responses and returns once nothing runs; requests arriving behind the closed
+    gate wait for resume_generation (or are refused at once under reject_request); a request that comes
+    back under an aborted request's id (verl's FullyAsyncLLMServerClient resuming it) is counted."""
+    never_eos = torch.zeros((4, 4))
+    never_eos[:, 3] = -1e9
+    server = _request_side(_Slow(never_eos))
+
+    async def go():
+        server._init_requests()
+        running = asyncio.create_task(server.generate([1, 2], {"max_tokens": 16}, "r1"))
+        await asyncio.sleep(0.15)  # the batch is a few tokens in
+        result = await server.abort_all_requests()
+        partial = await running
+        assert running.done() and not server._model_lock.locked()  # nothing runs once abort returns
+        parked = asyncio.create_task(server.generate([1, 2], {"max_tokens": 2}, "r1"))  # the resume
+        await asyncio.sleep(0.1)
+        still_parked = not parked.done()
+        await server.resume_generation()
+        resumed = await parked
+        await server.abort_all_requests(reject_request=True)
+        refused = await server.generate([1], {"max_tokens": 2}, "r2")
+        await server.resume_generation()
+        return result, partial, still_parked, resumed, refused
+
+    result, partial, still_parked, resumed, refused = asyncio.run(go())
+    assert partial.stop_reason == "aborted" and 1 <= len(partial.token_ids) < 16, partial
+    assert len(partial.log_probs or []) in (0, len(partial.token_ids))
+    assert partial.extra_fields["global_steps"] == 3
+    assert result["aborted_count"] == 1
+    assert still_parked and resumed.stop_reason == "completed" and len(resumed.token_ids) == 2
+    assert refused.stop_reason == "aborted" and refused.token_ids == []
+    assert (server.aborted_requests, server.resumed_requests, server.requests_served) == (1, 1, 2)

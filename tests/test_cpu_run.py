@@ -132,6 +132,7 @@ def test_run_writes_the_contract_and_refuses_to_redo(tiny_env, tmp_path) -> None
     assert again.stderr.count("\n") == 1
 
 
+@pytest.mark.heavy
 def test_kill_and_resume_keeps_every_step_exactly_once(tiny_env, tmp_path) -> None:
     """SIGKILL mid-run, same command again: resumes from the checkpoint (Est state and RNG included)."""
     steps = 10

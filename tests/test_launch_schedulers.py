@@ -234,3 +234,43 @@ def test_a_job_that_dies_before_training_is_failed_with_its_last_line_and_retry_
     eval_jobs = [json.loads(x) for x in (run / "eval-jobs.jsonl").read_text().splitlines()]
     assert len(eval_jobs) == 2 and eval_jobs[1]["after"] == records[1]["job_id"]
     assert len(_eval_records(run)) == 46 * 2
+
+
+def test_ray_submission_is_sent_again_while_the_head_says_try_again_later(tmp_path, monkeypatch) -> None:
+    """Ray's Jobs API answers "No available agent to submit job, please try again later." while no node's job
+    agent is up (seen here on a freshly started, busy cluster): nothing was submitted, so the launcher sends the
+    same submission id again after a wait; any other refusal is one line at once."""
+    from types import SimpleNamespace
+
+    from repro.errors import ReproError
+    from repro.launch import ray_jobs
+
+    calls, waits = [], []
+
+    class Client:
+        def __init__(self, refusals: list[str]) -> None:
+            self.refusals = refusals
+
+        def submit_job(self, **kwargs) -> str:
+            calls.append(kwargs["submission_id"])
+            if self.refusals:
+                raise RuntimeError(self.refusals.pop(0))
+            return kwargs["submission_id"]
+
+    busy = "Request failed with status code 500: No available agent to submit job, please try again later."
+    plan = SimpleNamespace(name="cell", argv=["python", "-m", "repro.cli", "run"], run_dir=tmp_path, is_gpu=False)
+    monkeypatch.setattr(ray_jobs.time, "sleep", waits.append)
+    client = Client([busy, busy])
+    monkeypatch.setattr(ray_jobs, "_client", lambda address: client)
+    record = RayScheduler(project_dir=tmp_path).submit(plan, "sweep")
+    assert calls == [record["job_id"]] * 3 and waits == list(ray_jobs.SUBMIT_RETRY_S[:2])
+    calls.clear(), waits.clear()
+    client.refusals = [busy] * (len(ray_jobs.SUBMIT_RETRY_S) + 1)  # never comes up: refused after the last wait
+    with pytest.raises(ReproError, match=r"Ray refused the job for cell: .*try again later"):
+        RayScheduler(project_dir=tmp_path).submit(plan, "sweep")
+    assert len(calls) == len(ray_jobs.SUBMIT_RETRY_S) + 1 and waits == list(ray_jobs.SUBMIT_RETRY_S)
+    calls.clear(), waits.clear()
+    client.refusals = ["Request failed with status code 400: runtime_env is invalid"]
+    with pytest.raises(ReproError, match="runtime_env is invalid"):
+        RayScheduler(project_dir=tmp_path).submit(plan, "sweep")
+    assert len(calls) == 1 and waits == []

@@ -12,6 +12,7 @@ import pytest
 from repro.cli import main
 
 
+@pytest.mark.heavy
 def test_smoke_runs_every_stage_on_the_cpu(tiny_env, tmp_path, capsys) -> None:
     folder = tmp_path / "smoke"
     code = main(["smoke", "--folder", str(folder)])

@@ -160,6 +160,7 @@ def _steps(run: Path) -> list[int]:
     )
 
 
+@pytest.mark.heavy
 def test_killed_sweep_resumes_and_retry_failed_relaunches_only_the_interrupted_cell(tiny_env, tmp_path, capsys) -> None:
     """SIGKILL the whole sweep (launcher and cell) mid-cell; retry-failed resumes that cell only, without
     losing or repeating a step, and the next `sweep run` does the cell that never started."""

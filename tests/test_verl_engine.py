@@ -133,6 +133,7 @@ def _wait_for_step(path: Path, step: int, proc: subprocess.Popen, timeout: float
     raise AssertionError(f"step {step} not logged within {timeout} s")
 
 
+@pytest.mark.heavy
 def test_est_kill_and_resume_logs_every_step_once_and_restores_the_resumed_estimator(verl_env, tmp_path):
     runs = tmp_path / "runs"
     run = runs / "tiny-arith__est__standard__s0"
@@ -215,6 +216,7 @@ def _easy_prompts(home: Path, out: Path) -> Path:
     return out
 
 
+@pytest.mark.heavy
 def test_dapo_refills_through_the_plugin_manager_with_its_cap_and_metrics(verl_env, tiny_home, tmp_path):
     easy = _easy_prompts(tiny_home, tmp_path / "easy.parquet")
     argv = [*_argv(tmp_path / "runs", "dapo", 2), "--train-file", str(easy)]
@@ -236,6 +238,7 @@ def test_dapo_refills_through_the_plugin_manager_with_its_cap_and_metrics(verl_e
     assert (run / "hydra").is_dir() and not (Path.cwd() / "outputs").exists()  # Hydra's folder in the run
 
 
+@pytest.mark.heavy
 def test_a_failed_request_is_retried_and_a_prompt_that_always_fails_is_dropped(verl_env, tmp_path):
     faults = "+ray_kwargs.ray_init.runtime_env.env_vars.REPRO_CPU_ROLLOUT_FAULTS=prompt,once"
     run = _run(verl_env, tmp_path / "runs", "seq-balance", 2, faults)

@@ -538,6 +538,20 @@ def _hyperparameters() -> Settings:
 
 
 @functools.cache
+def _async_schedule() -> Mapping[str, Setting]:
+    filename = "async_schedule.yaml"
+    data = _read(filename)
+    if set(data) != {"overrides"}:
+        raise CatalogError(f"{filename}: must hold exactly one mapping, overrides, got {sorted(data)}")
+    return MappingProxyType(dict(_settings(_mapping(data["overrides"], f"{filename}: overrides"), filename)))
+
+
+def async_schedule() -> dict[str, Setting]:
+    """The verl settings of a METHOD-async cell, each with its reason (async_schedule.yaml)."""
+    return dict(_async_schedule())
+
+
+@functools.cache
 def _gpu_resources() -> Mapping[str, Settings]:
     filename = "gpu_resources.yaml"
     data = _read(filename)

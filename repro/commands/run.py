@@ -97,8 +97,9 @@ def run(
         bool,
         typer.Option(
             "--async",
-            help="Beyond the paper: sample the next step while this one trains (one step stale, importance-"
-            "corrected); the same as --method METHOD-async. CPU trainer only so far.",
+            help="Beyond the paper: sample the next step while this one trains (importance-corrected); the same "
+            "as --method METHOD-async. The CPU trainer samples one step ahead; verl runs its colocate_async "
+            "trainer, staleness at most 2 steps (see --dry-run for each setting and its reason).",
         ),
     ] = False,
     engine: Annotated[
@@ -129,6 +130,8 @@ def run(
       repro run --model tiny-arith --method grpo-n4 --logger console,file,tensorboard   # tensorboard --logdir runs
 
       repro run --model tiny-arith --method seq-balance --engine verl --steps 3   # rehearse a cluster cell
+
+      repro run --model tiny-arith --method seq-balance --engine verl --async --steps 4   # verl's colocate_async
 
       repro run --model qwen2.5-math-1.5b --method seq-balance --dry-run   # the verl command for a GPU cell
 
@@ -305,6 +308,9 @@ def _run_verl(
             from repro.verl_plugin.config_builder import released_report
 
             typer.echo("\n".join(f"# {line}" for line in released_report(model, method, spec.overrides)))
+        from repro.verl_plugin.config_builder import async_report
+
+        typer.echo("\n".join(f"# {line}" for line in async_report(method, spec.overrides)))
         typer.echo("\n".join(["# preflight", *(f"#   {line}" for line in report.lines())]))
         typer.echo("# resolved verl config (composed against verl's ppo_trainer, validate_config passed):")
         typer.echo(OmegaConf.to_yaml(cfg))

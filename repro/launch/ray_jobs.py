@@ -9,6 +9,7 @@ disk in jobs.jsonl before the cluster could start anything.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,11 @@ from repro.paths import repro_home
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 # Never uploaded: environments, caches, outputs (working_dir uses .gitignore-style patterns).
 EXCLUDES = [".venv/", ".git/", "runs/", "results/", "**/__pycache__/", "*.egg-info/", ".ruff_cache/", ".pytest_cache/"]
+# The Jobs API answers "No available agent to submit job, please try again later." while no node's job agent
+# is up (a cluster started moments ago, or one too busy to answer in time); nothing was submitted then, so
+# the same submission id is sent again after these waits (seconds).
+TRY_LATER = "please try again later"
+SUBMIT_RETRY_S = (2.0, 5.0, 10.0, 20.0)
 _STATES = {
     "PENDING": "queued",
     "RUNNING": "running",
@@ -80,20 +86,25 @@ class RayScheduler:
         entrypoint = " ".join(shlex.quote(a) for a in [self.python, *plan.argv[1:]])
         if then:
             entrypoint = f"{entrypoint} && {then}"
-        try:
-            # a CPU cell reserves its CPUs, so Ray queues cells rather than oversubscribing the cores;
-            # a GPU cell's entrypoint is only verl's driver, whose workers ask Ray for the GPUs themselves
-            cpus = None if plan.is_gpu else self.cpu_cell_cpus
-            _client(self.address).submit_job(
-                entrypoint=entrypoint,
-                submission_id=job_id,
-                runtime_env=self.runtime_env(job_id, threads=cpus),
-                entrypoint_num_cpus=cpus,
-            )
-        except ReproError:
-            raise
-        except Exception as exc:
-            raise ReproError(f"Ray refused the job for {plan.name}: {' '.join(str(exc).split())[:300]}") from None
+        # a CPU cell reserves its CPUs, so Ray queues cells rather than oversubscribing the cores;
+        # a GPU cell's entrypoint is only verl's driver, whose workers ask Ray for the GPUs themselves
+        cpus = None if plan.is_gpu else self.cpu_cell_cpus
+        for wait in (*SUBMIT_RETRY_S, None):
+            try:
+                _client(self.address).submit_job(
+                    entrypoint=entrypoint,
+                    submission_id=job_id,
+                    runtime_env=self.runtime_env(job_id, threads=cpus),
+                    entrypoint_num_cpus=cpus,
+                )
+                break
+            except ReproError:
+                raise
+            except Exception as exc:
+                message = " ".join(str(exc).split())
+                if wait is None or TRY_LATER not in message:
+                    raise ReproError(f"Ray refused the job for {plan.name}: {message[:300]}") from None
+                time.sleep(wait)  # a head whose node agent is not up yet (a fresh or busy cluster)
         return {
             "launcher": "ray",
             "job_id": job_id,

@@ -208,6 +208,19 @@ def released_report(backbone: str, method: str, overrides: list[str]) -> list[st
     return lines
 
 
+def async_report(method: str, overrides: list[str]) -> list[str]:
+    """The dry run's account of an async cell: every verl setting the async schedule adds, with its reason
+    (marked where a --set replaced it)."""
+    if not catalog.get_method(method).asynchronous:
+        return []
+    given = set(overrides)
+    lines = ["async schedule (repro/catalog/async_schedule.yaml); each value <- its reason"]
+    for key, setting in catalog.async_schedule().items():
+        shown = f"{key}={_fmt(setting.value)}"
+        lines.append(f"  {shown}  <- {setting.source}{'' if shown in given else '  [replaced by --set]'}")
+    return lines
+
+
 def _put(o: dict[str, Any], key: str, value: Any, keep_null: bool = False) -> None:
     """Set `key`, replacing the entry for the same verl key whether or not either spells Hydra's `+` prefix
     (the existing spelling is kept: verl's struct config needs `+` exactly for keys it lacks). A released
@@ -227,11 +240,6 @@ def build_overrides(cell: VerlCell) -> list[str]:
     cpu = backbone.device == "cpu"
     method = catalog.get_method(cell.method)
     catalog.get_prompt_set(cell.prompt_set)
-    if method.asynchronous:
-        raise ReproError(
-            f"{cell.method}: the async schedule runs on the CPU trainer only so far (--engine local); on verl it "
-            "needs a rollout manager that returns before the step's sampling is done, which is not built yet"
-        )
     spec = method.sampler_spec(seed=cell.seed)
     if cell.preset == "released" and spec.kind == "seq":
         spec = spec.with_(downsample=method.sampler["downsample"].released or "first")
@@ -334,6 +342,9 @@ def build_overrides(cell: VerlCell) -> list[str]:
         o["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES"] = f"{PLUGIN_MODULE},{CPU_MODULE}"
         for key, setting in cpu_overrides.items():
             o[key] = setting.value
+    if method.asynchronous:  # verl's colocate_async trainer, staleness bounded, importance-corrected
+        for key, setting in catalog.async_schedule().items():
+            _put(o, key, setting.value)
     for key, value in cell.overrides.items():
         _put(o, key, value, keep_null=True)
     # An explicit context for vLLM: left null, verl's server would take max_position_embeddings after

@@ -27,6 +27,7 @@ import asyncio
 import hashlib
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,7 @@ class _Request:
     max_tokens: int
     want_logprobs: bool
     future: asyncio.Future = field(repr=False)
+    request_id: str = ""
 
 
 def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -96,8 +98,12 @@ def sample_batch(
     pad_id: int,
     generator: torch.Generator,
     compact: bool = True,
+    stop: threading.Event | None = None,
 ) -> list[tuple[list[int], list[float], bool]]:
     """One response per prompt: (token ids ending at EOS or the cap, their log-probs, stopped at EOS).
+
+    `stop`, when set from another thread, ends the batch before its next token: each unfinished row comes back
+    with the tokens it has so far (vLLM's abort, which returns a request's partial output).
 
     `compact` drops rows that have finished (EOS or their own cap) from the running batch, cache included
     (`repro.local.generate.compact_due` says when), so a step computes only the rows still running. It changes
@@ -118,6 +124,8 @@ def sample_batch(
     last_pos = pos[:, -1]
     temperature = max(float(key.temperature), 1e-5)  # temperature 0 -> greedy in the limit
     for t in range(int(caps.max())):
+        if stop is not None and stop.is_set():
+            break
         scaled = logits.float() / temperature
         logp_all = torch.log_softmax(scaled, dim=-1)
         if key.temperature <= 0:
@@ -203,12 +211,26 @@ class CpuRolloutServer:
         self.global_steps: int | None = None
         self.version = 0
         self.digests = [weights_digest(self.model)]
+        self._init_requests()
+
+    def _init_requests(self) -> None:
+        """The request side's state: queue, batching worker, the pause gate, fault injection, counters."""
         self.requests_served = 0
         self._queue: dict[SamplingKey, list[_Request]] = {}
         self._wake = asyncio.Event()
         self._model_lock = asyncio.Lock()
         self._worker: asyncio.Task | None = None
-        self._aborted = False
+        # vLLM's pause gate (verl's vLLMHttpServer.abort_all_requests / resume_generation): closed by an abort,
+        # requests arriving behind it are parked until resume (or refused at once when the abort said
+        # reject_request); `_stop` ends the batch being sampled, whose unfinished rows return as "aborted"
+        self._paused = False
+        self._rejecting = False
+        self._resume = asyncio.Event()
+        self._resume.set()
+        self._stop = threading.Event()
+        self._aborted_ids: set[str] = set()
+        self.aborted_requests = 0  # requests answered "aborted" (queued or cut mid-response)
+        self.resumed_requests = 0  # requests that came back under the id of an aborted one (verl's resume)
         self._faults = {f.strip() for f in os.environ.get(FAULTS_ENV, "").split(",") if f.strip()}
         self._doomed: tuple[int, ...] | None = None
         self._failed_once = False
@@ -257,12 +279,19 @@ class CpuRolloutServer:
         key = SamplingKey(
             float(params.get("temperature", 1.0)), int(params.get("top_k", -1) or -1), float(params.get("top_p", 1.0))
         )
-        if self._aborted:
-            return TokenOutput(token_ids=[], log_probs=[], stop_reason="aborted", extra_fields=self._fields())
+        while self._paused:  # parked until resume_generation, as vLLM's server parks behind its gate
+            if self._rejecting:
+                return TokenOutput(token_ids=[], log_probs=None, stop_reason="aborted", extra_fields=self._fields())
+            await self._resume.wait()
+        if request_id in self._aborted_ids:  # verl's FullyAsyncLLMServerClient resumes under the same id
+            self._aborted_ids.discard(request_id)
+            self.resumed_requests += 1
         if self._faults:
             self._inject_fault(prompt)
         loop = asyncio.get_running_loop()
-        request = _Request(prompt, max_tokens, bool(params.get("logprobs", False)), loop.create_future())
+        request = _Request(
+            prompt, max_tokens, bool(params.get("logprobs", False)), loop.create_future(), str(request_id)
+        )
         self._queue.setdefault(key, []).append(request)
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._serve())
@@ -291,19 +320,26 @@ class CpuRolloutServer:
                             self.eos_ids,
                             self.pad_id,
                             self.generator,
+                            True,
+                            self._stop,
                         )
+                        cut = self._stop.is_set()
                 except Exception as exc:  # one failed batch fails its requests, not the server
                     for r in requests:
                         if not r.future.done():
                             r.future.set_exception(exc)
                     continue
-                for r, (token_ids, logps, _stopped) in zip(requests, results, strict=True):
+                for r, (token_ids, logps, stopped) in zip(requests, results, strict=True):
+                    aborted = cut and not stopped and len(token_ids) < r.max_tokens
+                    if aborted:
+                        self._note_aborted(r.request_id)
                     if not r.future.done():
                         r.future.set_result(
                             TokenOutput(
                                 token_ids=token_ids,
                                 log_probs=logps if r.want_logprobs else None,
-                                stop_reason="completed",  # vLLM maps both "stop" and "length" to completed
+                                # vLLM maps both "stop" and "length" to completed; a cut request is "aborted"
+                                stop_reason="aborted" if aborted else "completed",
                                 num_preempted=0,
                                 extra_fields=self._fields(),
                             )
@@ -338,7 +374,18 @@ class CpuRolloutServer:
         return self.digests[-1]
 
     async def stats(self) -> dict[str, Any]:
-        return {"version": self.version, "digests": list(self.digests), "requests": self.requests_served}
+        return {
+            "version": self.version,
+            "digests": list(self.digests),
+            "requests": self.requests_served,
+            "aborted": self.aborted_requests,
+            "resumed": self.resumed_requests,
+        }
+
+    def _note_aborted(self, request_id: str) -> None:
+        self.aborted_requests += 1
+        if request_id:
+            self._aborted_ids.add(request_id)
 
     async def set_global_steps(self, global_steps: int) -> None:
         self.global_steps = global_steps
@@ -363,18 +410,38 @@ class CpuRolloutServer:
             await asyncio.sleep(0.01)
 
     async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> dict:
-        self._aborted = bool(reject_request)
-        aborted = 0
+        """vLLM's pause: close the gate, answer every queued request "aborted" with no tokens, cut the batch
+        being sampled (its unfinished requests return their partial responses, "aborted"), and return once
+        nothing runs. The gate stays closed until `resume_generation`."""
+        self._paused = True
+        self._rejecting = bool(reject_request)
+        self._resume.clear()
+        before = self.aborted_requests
+        ids = []
         for requests in self._queue.values():
             for r in requests:
                 if not r.future.done():
-                    r.future.set_result(TokenOutput(token_ids=[], log_probs=[], stop_reason="aborted"))
-                    aborted += 1
+                    self._note_aborted(r.request_id)
+                    ids.append(r.request_id)
+                    r.future.set_result(
+                        TokenOutput(token_ids=[], log_probs=None, stop_reason="aborted", extra_fields=self._fields())
+                    )
         self._queue.clear()
-        return {"aborted_count": aborted, "request_ids": []}
+        self._stop.set()
+        try:
+            async with self._model_lock:  # the running batch, if any, returns at its next token
+                pass
+        finally:
+            self._stop.clear()
+        count = self.aborted_requests - before
+        if count:
+            audit.append("rollout", {"event": "abort", "aborted": count, "global_steps": self.global_steps})
+        return {"aborted_count": count, "request_ids": ids}
 
     async def resume_generation(self) -> None:
-        self._aborted = False
+        self._paused = False
+        self._rejecting = False
+        self._resume.set()
 
     async def start_profile(self, **kwargs: Any) -> None:
         return None

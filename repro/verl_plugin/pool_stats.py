@@ -13,6 +13,7 @@ no torch or verl import, so the rollout side and tests can use it cheaply.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["PoolStat", "clear", "forget_before", "lookup", "lookup_many", "record", "size"]
+__all__ = ["PoolStat", "clear", "dump", "forget_before", "load", "lookup", "lookup_many", "record", "size"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,19 @@ def forget_before(step: int) -> int:
         for uid in old:
             del _STATS[uid]
     return len(old)
+
+
+def dump() -> dict[str, dict[str, float | int]]:
+    """Every entry as plain JSON-able values: an async run saves them with its checkpoint, because verl
+    restores the prompts that had finished sampling but were not trained yet, and their update needs them."""
+    with _LOCK:
+        return {uid: dataclasses.asdict(stat) for uid, stat in _STATS.items()}
+
+
+def load(entries: Mapping[str, Mapping[str, float | int]]) -> int:
+    """Record what `dump` wrote (validated as any PoolStat is); returns how many entries."""
+    record({uid: PoolStat(**dict(fields)) for uid, fields in entries.items()})
+    return len(entries)
 
 
 def clear() -> None:

@@ -17,8 +17,16 @@ only the kept mixed groups are published, the other prompt keys are cleared, so 
 finds exactly `train_batch_size` terminal prompts. What verl's trainer reads and why verl's own
 `filter_groups` is not used: `repro.verl_plugin.refill`.
 
-Everything verl-facing here needs Ray, TransferQueue and inference servers, so it runs on GPU machines
-only; the loop it drives (`ada_loop`) and the estimator are tested on CPU against verl's real code.
+Under verl's async trainers (`trainer.v1.trainer_mode` colocate_async, `repro run --async`) the manager
+returns from `generate_sequences` at once, as verl's own TransferQueue manager does: each batch's adaptive
+step runs on a persistent event loop in a helper thread, so the batch verl submits ahead (its
+`num_warmup_batches`) is sampled while the trainer waits for the current one, and verl's replay buffer takes
+prompts as they finish, staleness bounded by `max_off_policy_threshold`. Pool statistics are then kept for
+as many steps as that bound lets a prompt wait, and go into each checkpoint (`state.save`), because verl
+restores the sampled-but-untrained prompts with it.
+
+Everything verl-facing here needs Ray, TransferQueue and inference servers; on a CPU it runs through verl's
+real trainer with the CPU rollout server (`repro.verl_plugin.cpu_rollout`).
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ import asyncio
 import concurrent.futures
 import contextvars
 import logging
+import math
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +88,14 @@ def check_reward_during_rollout(config: Any) -> None:
     reward_model = config.reward.reward_model
     if reward_model.enable and not reward_model.enable_resource_pool:
         raise ValueError(COLOCATED_REWARD)
+
+
+def resumed(outputs: list[Any]) -> bool:
+    """Whether one agent-loop run was sampled across weight versions (verl's FullyAsyncLLMServerClient records
+    the first and last version a resumed request saw in `extra_fields`)."""
+    fields = outputs[-1].extra_fields or {}
+    low, high = fields.get("min_global_steps"), fields.get("max_global_steps")
+    return low is not None and high is not None and high > low
 
 
 def response_reward(outputs: list[Any]) -> float:
@@ -135,7 +154,9 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
         entry["outputs"].extend(results)
         return rewards
 
-    async def ada_commit(self, uid: str, keep: list[int], ok: bool = True) -> None:
+    async def ada_commit(self, uid: str, keep: list[int], ok: bool = True) -> int:
+        """Publish the kept responses; returns how many of the prompt's responses were sampled across a weight
+        update (cut by an abort of verl's async trainer and resumed by its client on the new weights)."""
         entry = self._ada.pop(uid)
         try:
             for j, index in enumerate(keep):
@@ -147,6 +168,7 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
             logger.exception("publishing the update group of %s failed", uid)
             status = "failure"
         await tq.async_kv_put(key=uid, partition_id="train", tag={"status": status})
+        return sum(resumed(output) for output in entry["outputs"])
 
     async def ada_begin_refill(self, rows: list[dict[str, Any]], global_steps: int) -> None:
         """DAPO: begin refill prompts, first registering each as the trainer registers its own prompts."""
@@ -161,7 +183,18 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
         await tq.async_kv_clear(keys=[uid], partition_id="train")
 
 
+SYNC_MODES = ("sync", "repro_sync")  # trainer.v1.trainer_mode values under which a step samples one batch
+
+
+def _log_failure(future: concurrent.futures.Future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        logger.error("an async Reinforce-Ada step failed", exc_info=future.exception())
+
+
 class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
+    asynchronous = False  # the sync trainer's defaults (the constructor reads the trainer mode)
+    _keep_steps: int | None = 2  # steps of pool statistics kept behind the newest batch
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         check_reward_during_rollout(self.config)
@@ -176,15 +209,58 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
             logger.info("Reinforce-Ada estimator restored from step %s", restored)
             audit.append("est", {"restored_step": restored})
         self._sampler_log = None
+        self.asynchronous = str(self.config.trainer.v1.trainer_mode) not in SYNC_MODES
+        threshold = self.config.trainer.v1.sampler.get("max_off_policy_threshold", None)
+        # a prompt drawn at step s is trained by step s + threshold - 1 at the latest (verl's replay buffer);
+        # unbounded (null) keeps every pool until the run ends
+        self._keep_steps = 2 if not self.asynchronous else None if threshold is None else max(2, int(threshold))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._batches: list[list[float]] = []  # async: [start, end] wall times of each submitted batch
+        self._log_step = 0  # async: the step the last submitted batch's sampler metrics are logged under
+        if self.asynchronous and self.config.trainer.resume_mode != "disable":
+            trainer = self.config.trainer
+            count = state.restore_pool_stats(checkpoints, trainer.resume_mode, trainer.get("resume_from_path"))
+            logger.info("Reinforce-Ada pool statistics restored: %s", count)
+            audit.append("pool_stats", {"restored": count})
 
     def generate_sequences(self, prompts: TensorDict) -> None:
         if "validate" in prompts and bool(prompts["validate"]):
             return super().generate_sequences(prompts)
+        if self.asynchronous:
+            return self._submit(prompts)
         # a private event loop in a helper thread: works whether or not verl's caller already runs a loop
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
             return pool.submit(asyncio.run, self._generate_adaptive(prompts)).result()
 
-    async def _generate_adaptive(self, prompts: TensorDict) -> None:
+    def _submit(self, prompts: TensorDict) -> None:
+        """Async trainers: start the batch's adaptive step on the manager's own loop and return (verl's replay
+        buffer waits for the prompts to finish). A failed step publishes its prompts as failures itself."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            threading.Thread(target=self._loop.run_forever, name="reinforce-ada-loop", daemon=True).start()
+        rows = batch_rows(prompts)
+        rows_step = int(rows[0].get("global_steps", 0)) if rows else 0
+        # verl tags the warm-up batch and step 1's with step 1: each batch's sampler metrics go under the step
+        # that trains it when batches finish in order (one batch ahead: submission k is trained at step k)
+        self._log_step = max(rows_step, self._log_step + 1)
+        self._batches.append([time.monotonic(), float("nan")])
+        future = asyncio.run_coroutine_threadsafe(
+            self._generate_adaptive(prompts, log_step=self._log_step, batch=len(self._batches) - 1), self._loop
+        )
+        future.add_done_callback(_log_failure)
+
+    def _overlap(self, batch: int) -> dict[str, float]:
+        """Async metrics of a finished batch: its sampling wall time, and the part of it that ran while the
+        batch before it was still sampling (sampling a synchronous trainer would have done after that batch)."""
+        start, end = self._batches[batch]
+        metrics = {"async/gen_s": end - start, "async/overlap_s": 0.0}
+        if batch > 0:
+            prev_start, prev_end = self._batches[batch - 1]
+            prev_end = end if math.isnan(prev_end) else prev_end  # NaN: the previous batch is still sampling
+            metrics["async/overlap_s"] = max(0.0, min(end, prev_end) - max(start, prev_start))
+        return metrics
+
+    async def _generate_adaptive(self, prompts: TensorDict, log_step: int | None = None, batch: int = -1) -> None:
         rows = batch_rows(prompts)
         step = int(rows[0].get("global_steps", 0)) if rows else 0
         workers = self.agent_loop_workers
@@ -211,12 +287,12 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
             await asyncio.gather(*(owner[u].ada_commit.remote(u, [], False) for u in uids))
             raise
         if commit is not None:
-            await asyncio.gather(
+            counts = await asyncio.gather(
                 *(owner[uids[s]].ada_commit.remote(uids[s], list(result.kept_index[s])) for s in commit.publish),
                 *(owner[uids[s]].ada_commit.remote(uids[s], []) for s in commit.fill),
                 *(owner[uids[s]].ada_drop.remote(uids[s]) for s in commit.drop),
             )
-            self._log(step, result.metrics)
+            self._finish(step, result.metrics, log_step, batch, sum(c or 0 for c in counts))
             return
         pool_stats.record(  # a failed prompt (generation kept failing) has no rows, so no statistics
             {
@@ -227,14 +303,21 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
                 if s not in result.failed
             }
         )
-        pool_stats.forget_before(step - 2)
-        await asyncio.gather(  # a failed prompt is published as verl's worker does: status "failure", no rows
+        if self._keep_steps is not None:
+            pool_stats.forget_before(step - self._keep_steps)
+        counts = await asyncio.gather(  # a failed prompt is published as verl's worker does: "failure", no rows
             *(
                 owner[uids[s]].ada_commit.remote(uids[s], list(result.kept_index.get(s, [])), s not in result.failed)
                 for s in range(len(uids))
             )
         )
-        self._log(step, result.metrics)
+        self._finish(step, result.metrics, log_step, batch, sum(c or 0 for c in counts))
+
+    def _finish(self, step: int, metrics: dict[str, float], log_step: int | None, batch: int, resumed: int) -> None:
+        if batch >= 0:  # async: overlap, and the responses an abort cut and verl's client resumed
+            self._batches[batch][1] = time.monotonic()
+            metrics = {**metrics, **self._overlap(batch), "async/resumed_responses": float(resumed)}
+        self._log(step if log_step is None else log_step, metrics)
 
     def _dapo_refill(self, rows: list[dict], step: int, uids: list[str], owner: dict):
         """DAPO's `refill(count)` for this step: rows from the manager's stream, begun on the workers.

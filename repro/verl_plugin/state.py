@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import os
 from pathlib import Path
 
 from repro.errors import ReproError
 from repro.sampling import BetaBernoulliEstimator, SamplerSpec, make_estimator
+from repro.verl_plugin import pool_stats
 
 STATE_FILE = "reinforce_ada_state.json"
+POOL_STATS_FILE = "reinforce_ada_pool_stats.json"  # async runs: the pools of sampled, untrained prompts
 _ESTIMATOR: BetaBernoulliEstimator | None = None
 logger = logging.getLogger(__name__)
 
@@ -31,12 +34,35 @@ def estimator(spec: SamplerSpec) -> BetaBernoulliEstimator | None:
     return _ESTIMATOR
 
 
-def save(checkpoint_dir: str | Path) -> Path | None:
+def save(checkpoint_dir: str | Path, pools: bool = False) -> Path | None:
+    """Est's estimator, and with `pools` (an async run) the pool statistics still held: such a run trains
+    prompts sampled before the checkpoint after it; verl's TransferQueue checkpoint keeps their responses,
+    this file their pools."""
+    stats = pool_stats.dump() if pools else None
+    if stats:
+        _write_json(Path(checkpoint_dir) / POOL_STATS_FILE, stats)
     if _ESTIMATOR is None:
         return None
     path = Path(checkpoint_dir) / STATE_FILE
     _ESTIMATOR.save(path)
     return path
+
+
+def _write_json(path: Path, data: object) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def restore_pool_stats(
+    checkpoints_root: str | Path, resume_mode: str = "auto", resume_from_path: str | None = None
+) -> int | None:
+    """Load the pool statistics saved with the checkpoint verl resumes from; returns how many, or None when
+    verl starts from scratch or the checkpoint held none (a sync run's, or one killed before the hook)."""
+    folder = resume_folder(checkpoints_root, resume_mode, resume_from_path)
+    if folder is None or not (folder / POOL_STATS_FILE).exists():
+        return None
+    return pool_stats.load(json.loads((folder / POOL_STATS_FILE).read_text()))
 
 
 def resume_folder(checkpoints_root: str | Path, resume_mode: str = "auto", resume_from_path: str | None = None):

@@ -16,9 +16,11 @@ next attempt at the step after it. Ending the loop needs no fork of `fit`: its c
 so lowering `total_training_steps` to this step ends it there (`is_last_step` was computed at the top of
 the iteration and stays False, so no final validation or "last step" save runs).
 
-The registry picks the class by name; from then on the trainer runs as ``sync``: verl branches on
-``trainer_mode == "sync"`` (replay buffer, TransferQueue save/restore, refill), so `__init__` puts that
-name back in the config before verl reads it.
+The registry picks the class by name; from then on the trainer runs as verl's own mode: verl branches on
+``trainer_mode == "sync"`` (replay buffer, TransferQueue save/restore, refill) and reads
+``trainer.v1.<mode>`` sections by that name, so `__init__` puts verl's name back in the config before verl
+reads it. The same hook is registered twice: ``repro_sync`` over `PPOTrainerSync` and
+``repro_colocate_async`` over `PPOTrainerColocateAsync` (the async cells, repro/catalog/async_schedule.yaml).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import logging
 from pathlib import Path
 
 from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
 
@@ -34,16 +37,16 @@ from repro.launch.allocations import honour, stop_request
 
 logger = logging.getLogger(__name__)
 
-TRAINER_MODE = "repro_sync"  # trainer.v1.trainer_mode: the name this class is registered under
-VERL_MODE = "sync"  # the mode it runs as
+TRAINER_MODE = "repro_sync"  # trainer.v1.trainer_mode: the name the sync class is registered under
+ASYNC_TRAINER_MODE = "repro_colocate_async"  # and the colocate_async one
+VERL_MODES = {TRAINER_MODE: "sync", ASYNC_TRAINER_MODE: "colocate_async"}  # the mode each runs as
 
 
-@register_trainer(TRAINER_MODE)
-class StopAtBoundaryTrainer(PPOTrainerSync):
-    """`PPOTrainerSync` that honours RUN/.stop-request.json at the end of a step (see the module doc)."""
+class StopAtBoundary:
+    """The stop-at-boundary hook, mixed in before one of verl's trainers (see the module doc)."""
 
     def __init__(self, config) -> None:
-        config.trainer.v1.trainer_mode = VERL_MODE
+        config.trainer.v1.trainer_mode = VERL_MODES[config.trainer.v1.trainer_mode]
         super().__init__(config)
         # the run folder: checkpoints/ lives in it (the config builder's trainer.default_local_dir)
         self.run_dir = Path(config.trainer.default_local_dir).parent
@@ -76,3 +79,13 @@ class StopAtBoundaryTrainer(PPOTrainerSync):
         if self.stopped_at is not None:  # the step is saved and logged: tell the attempt it may stop
             step, saved_now = self.stopped_at
             honour(self.run_dir, step, saved_now)
+
+
+@register_trainer(TRAINER_MODE)
+class StopAtBoundaryTrainer(StopAtBoundary, PPOTrainerSync):
+    """`PPOTrainerSync` that honours RUN/.stop-request.json at the end of a step."""
+
+
+@register_trainer(ASYNC_TRAINER_MODE)
+class StopAtBoundaryAsyncTrainer(StopAtBoundary, PPOTrainerColocateAsync):
+    """`PPOTrainerColocateAsync` that honours RUN/.stop-request.json at the end of a step."""

@@ -1,0 +1,99 @@
+"""Seq-balance on verl's colocate_async trainer through the plugin (`repro run --async --engine verl`), killed
+with SIGKILL after its step-2 checkpoint and resumed.
+
+What it shows, read from verl's own metrics and the plugin's side files: the manager returned before the
+step's sampling was done (the next batches sampled while the trainer waited: `async/overlap_s` > 0),
+staleness reached past 0 and never passed the catalog's bound, resumed responses are counted, and after the
+resume every row verl trained found its prompt's pool statistics (restored from the checkpoint for the
+prompts sampled before the kill).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_verl_engine import _argv, _metrics, _wait_for_step, verl_env  # noqa: F401  (verl_env: a fixture)
+
+from repro import catalog
+from repro.verl_plugin import audit
+
+STEPS = 4
+STALE = "training/off_policy/trajectory_staleness_worst/max"  # versions behind, counted from a trajectory's start
+SPANS = "training/off_policy/trajectory_spans/max"  # weight versions one trajectory was sampled across
+# Two batches ahead instead of one, and a server that samples at most one batch's round at a time (64 requests,
+# vLLM's max_num_seqs): the batches then finish one after another, so when the trainer takes the first, the
+# others are mid-round and verl's abort cuts them (all in lockstep, nothing would be running at the abort).
+AHEAD = ("trainer.v1.colocate_async.num_warmup_batches=2", "actor_rollout_ref.rollout.max_num_seqs=64")
+
+
+@pytest.fixture(scope="module")
+def async_run(verl_env, tmp_path_factory) -> Path:  # noqa: F811
+    tmp = tmp_path_factory.mktemp("verl_async")
+    runs = tmp / "runs"
+    run = runs / "tiny-arith__seq-balance-async__standard__s0"
+    argv = [*_argv(runs, "seq-balance", STEPS, "trainer.save_freq=2", *AHEAD), "--async"]
+    log = tmp / "attempt-1.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, env=verl_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_for_step(run / "metrics" / "attempt-001.jsonl", 2, proc, timeout=500, log=log)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole process group: wrapper, verl driver, Ray
+        proc.wait()
+    resumed = subprocess.run(argv, env=verl_env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return run
+
+
+def test_async_run_logs_every_step_once_across_the_kill(async_run) -> None:
+    first, second = _metrics(async_run, 1), _metrics(async_run, 2)
+    assert 2 in first and min(second) == 3
+    assert sorted({*first, *second}) == list(range(1, STEPS + 1))
+    config = (async_run / "config.yaml").read_text()
+    assert "trainer.v1.trainer_mode=repro_colocate_async" in config
+
+
+def test_staleness_stays_within_the_bound_and_sampling_overlaps(async_run) -> None:
+    bound = catalog.async_schedule()["trainer.v1.sampler.max_off_policy_threshold"].value - 1
+    steps = {**_metrics(async_run, 1), **_metrics(async_run, 2)}
+    stale = [steps[s][STALE] for s in sorted(steps)]
+    assert max(stale) <= bound, stale
+    assert max(stale) >= 1, stale  # trained on batches sampled ahead, not synchronously
+    overlap = [steps[s].get("async/overlap_s", 0.0) for s in sorted(steps)]
+    assert max(overlap) > 0, overlap
+    assert all(steps[s]["async/gen_s"] > 0 for s in steps)
+
+
+def test_resumed_responses_are_counted_where_verl_sees_trajectories_span_versions(async_run) -> None:
+    """`async/resumed_responses` counts the responses of a batch's pools that were sampled across a weight update
+    (cut by an abort, finished by verl's client on the new weights); verl's trajectory spans look at the trained
+    ones only, a subset: a batch with no resumed response has no trajectory spanning two versions. Whether an
+    abort lands mid-request depends on timing; the server's abort and resume are tested exactly in
+    test_cpu_rollout.py."""
+    steps = {**_metrics(async_run, 1), **_metrics(async_run, 2)}
+    for step, record in steps.items():
+        assert record["async/resumed_responses"] >= 0
+        if record["async/resumed_responses"] == 0:
+            assert record[SPANS] == 1, step
+    events = [
+        e for attempt in (1, 2) for e in audit.read("rollout", async_run / "metrics" / f"attempt-{attempt:03d}.jsonl")
+    ]
+    assert all(e["aborted"] >= 1 for e in events if e["event"] == "abort")  # logged only when it cut something
+
+
+def test_every_trained_row_finds_its_pool_after_the_resume(async_run) -> None:
+    second = async_run / "metrics" / "attempt-002.jsonl"
+    restored = audit.read("pool_stats", second)
+    assert len(restored) == 1  # the resumed manager looked for the checkpoint's pools once
+    updates = audit.read("update", second)
+    assert len(updates) == STEPS - 2
+    for batch in updates:
+        assert all(batch["known"]), batch["uid"]
+        for score, mean, adv in zip(batch["score"], batch["pool_mean"], batch["advantage"], strict=True):
+            assert adv == pytest.approx(score - mean, abs=1e-9)  # Seq-balance: r minus the pool mean, weight 1
