@@ -5,15 +5,13 @@ Kept small (2 prompts a step, 24-token responses): the pipeline is under test, n
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from test_verl_engine import _metrics, _wait_for_step
+from test_verl_engine import _metrics, kill_after_step
 
 from repro.verl_plugin import audit
 
@@ -41,15 +39,7 @@ def test_a_killed_run_resumes_its_checkpoint_and_the_final_one_is_evaluated_and_
     argv = [sys.executable, "-m", "repro.cli", "run", "--model", KEY, "--method", "seq-balance", "--engine", "verl"]
     argv += ["--steps", "2", "--batch", "2", "--runs-root", str(runs), "--set", "data.max_response_length=24"]
     argv += ["--train-file", str(_sums(tmp_path / "sums.parquet"))]
-    log = tmp_path / "attempt-1.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        _wait_for_step(run / "metrics" / "attempt-001.jsonl", 1, proc, timeout=600, log=log)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # wrapper, verl driver and Ray: nothing gets to clean up
-        proc.wait()
+    kill_after_step(argv, env, run, 1, tmp_path / "attempt-1.log", timeout=600)
     resumed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     first, second = _metrics(run, 1), _metrics(run, 2)

@@ -10,14 +10,11 @@ prompts sampled before the kill).
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
-from test_verl_engine import _argv, _metrics, _wait_for_step, verl_env  # noqa: F401  (verl_env: a fixture)
+from test_verl_engine import _argv, _metrics, kill_after_step, verl_env  # noqa: F401  (verl_env: a fixture)
 
 from repro import catalog
 from repro.verl_plugin import audit
@@ -37,15 +34,7 @@ def async_run(verl_env, tmp_path_factory) -> Path:  # noqa: F811
     runs = tmp / "runs"
     run = runs / "tiny-arith__seq-balance-async__standard__s0"
     argv = [*_argv(runs, "seq-balance", STEPS, "trainer.save_freq=2", *AHEAD), "--async"]
-    log = tmp / "attempt-1.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(argv, env=verl_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        _wait_for_step(run / "metrics" / "attempt-001.jsonl", 2, proc, timeout=500, log=log)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # the whole process group: wrapper, verl driver, Ray
-        proc.wait()
+    kill_after_step(argv, verl_env, run, 2, tmp / "attempt-1.log", timeout=500)
     resumed = subprocess.run(argv, env=verl_env, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     return run

@@ -133,20 +133,25 @@ def _wait_for_step(path: Path, step: int, proc: subprocess.Popen, timeout: float
     raise AssertionError(f"step {step} not logged within {timeout} s")
 
 
+def kill_after_step(argv: list[str], env: dict, run: Path, step: int, log: Path, timeout: float) -> None:
+    """Start `repro run`, wait until its first attempt logged `step`, then SIGKILL its whole process group
+    (the attempt wrapper, verl's driver, Ray): nothing gets to clean up, as when a node dies."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_for_step(run / "metrics" / "attempt-001.jsonl", step, proc, timeout=timeout, log=log)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 @pytest.mark.heavy
 def test_est_kill_and_resume_logs_every_step_once_and_restores_the_resumed_estimator(verl_env, tmp_path):
     runs = tmp_path / "runs"
     run = runs / "tiny-arith__est__standard__s0"
     argv = _argv(runs, "est", 3, "trainer.save_freq=2")
-    log = tmp_path / "attempt-1.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(argv, env=verl_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        _wait_for_step(run / "metrics" / "attempt-001.jsonl", 2, proc, timeout=400, log=log)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # the whole process group: wrapper, verl driver, Ray
-        proc.wait()
+    kill_after_step(argv, verl_env, run, 2, tmp_path / "attempt-1.log", timeout=400)
     assert (run / "checkpoints" / "global_step_2" / "reinforce_ada_state.json").exists()
     resumed = subprocess.run(argv, env=verl_env, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
