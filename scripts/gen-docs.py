@@ -1,6 +1,7 @@
 """Regenerate the docs pages that are read from the code, so that they cannot drift from it: the command
 reference (from the Typer app, as `typer repro.cli utils docs` writes it), the methods and released-preset
-pages (from the catalog's YAML) and the troubleshooting page (from the raises in repro/).
+pages (from the catalog's YAML) and the troubleshooting page (from the raises in repro/, after a hand-written
+table of the common errors that is checked against them).
 tests/test_docs.py fails when the committed pages differ from what this writes.
 
 Usage: python scripts/gen-docs.py [--check] [--docs-dir DIR]
@@ -9,6 +10,7 @@ Usage: python scripts/gen-docs.py [--check] [--docs-dir DIR]
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -90,17 +92,205 @@ def _message(node: ast.expr) -> str | None:
     return None
 
 
+# The errors a new user meets first, each with its fix, written by hand: (the module that raises it, the line
+# as the user reads it after `error: `, with `<...>` for what depends on the case, the fix). A row must read as
+# a message its module can print (every interpolated value of the code's f-string matches any text), or the
+# generator fails, so the table cannot drift from the code's wording.
+COMMON_ERRORS = (
+    (
+        "repro/errors.py",
+        "unknown backbone 'qwen-7b'; valid backbones: generic, llama-3.2-3b-instruct, qwen2.5-math-1.5b, ...",
+        "`repro models` lists the backbones (`tiny-arith` and `smollm2-135m-instruct` run on a CPU). For a model "
+        "the catalog does not know: `--model generic --model-path DIR_OR_HUB_ID --train-file PARQUET`.",
+    ),
+    (
+        "repro/catalog/__init__.py",
+        "unknown method 'ppo'; valid methods: dapo, est, est-released, grpo-n16, ...; each also as METHOD-async",
+        "`repro methods` lists the methods, `repro methods NAME` every knob of one; `--async` is the same as "
+        "the `-async` suffix.",
+    ),
+    (
+        "repro/rundir/create.py",
+        "run runs/tiny-arith__seq-balance__standard__s0 already finished; use --overwrite to run it again",
+        "The run is done and its folder holds its results. `--overwrite` trains it again (the old folder is kept, "
+        "renamed `NAME.replaced-<time>`); another `--seed` or `--run-dir` makes a second run beside it.",
+    ),
+    (
+        "repro/rundir/create.py",
+        "run <folder> was made with a different config (<key>: <old> -> <new>); use --overwrite to start over "
+        "or --run-dir for a new run",
+        "A run folder resumes only the settings that made it (its `config.yaml`): repeat the first command to "
+        "resume, or take one of the two ways the line names.",
+    ),
+    (
+        "repro/rundir/create.py",
+        "run <folder> is half-written (config.yaml is missing); use --overwrite to move it aside and start over, "
+        "or pass another --run-dir",
+        "The folder's bookkeeping is missing or unreadable (a run killed as it was being created): there is "
+        "nothing to resume. `--overwrite` moves it aside (nothing is deleted) and starts over.",
+    ),
+    (
+        "repro/commands/run.py",
+        "qwen2.5-math-1.5b needs CUDA GPUs and none is visible here; use --dry-run to print the command, or "
+        "--model tiny-arith on a CPU",
+        "Run it on a GPU node in the GPU environment (`bash scripts/setup-venv.sh gpu`); there `python -c "
+        "'import torch; print(torch.cuda.is_available())'` must print True (check `nvidia-smi` and "
+        "`CUDA_VISIBLE_DEVICES`). On a CPU, `--dry-run` shows the cell and `--model tiny-arith --engine verl` "
+        "rehearses it.",
+    ),
+    (
+        "repro/commands/run.py",
+        "<REPRO_HOME>/data/qwen2.5-math-1.5b-standard/train.parquet does not exist; run `repro data filter "
+        "--model qwen2.5-math-1.5b` or pass --train-file/--val-file",
+        "Build the backbone's prompt sets once with `repro data filter --model MODEL` (it samples the base "
+        "model, so on a GPU node), or train on your own verl Parquet files or a Hub id with "
+        "`--train-file/--val-file`.",
+    ),
+    (
+        "repro/verl_plugin/config_builder.py",
+        "verl rejected the config: Could not override 'actor_rollout_ref.actor.optim.learning_rate'. To append "
+        "to your config use +actor_rollout_ref.actor.optim.learning_rate=1e-6 ...",
+        "A `--set` (or sweep `overrides:`) key that verl's config does not have: find the right path in the "
+        "composed config `--dry-run` prints; a key verl lacks on purpose takes a leading `+`, as Hydra says.",
+    ),
+    (
+        "repro/verl_plugin/preflight.py",
+        "verl's typed config refuses actor_rollout_ref.rollout.n: Value 'abc' of type 'str' could not be "
+        "converted to Integer; fix the --set or the sweep's overrides",
+        "The key exists but the value has the wrong type for verl's config class: fix the value. In a sweep "
+        "the line starts with the cell's name.",
+    ),
+    (
+        "repro/sweep.py",
+        "sweeps/my.yaml: malformed YAML at line 4; fix the file (see sweeps/paper.yaml)",
+        "Fix the YAML near that line (an unclosed `[`, a tab, a missing `:`); `sweeps/paper.yaml` shows every "
+        "key. `repro sweep run FILE --dry-run` checks a file and launches nothing.",
+    ),
+    (
+        "repro/launch/slurm.py",
+        "sbatch is not on PATH; run the Slurm launcher on a Slurm login node",
+        "Submit from a machine with Slurm's commands (`sbatch`, `scontrol`, `scancel`), usually a login node. "
+        "`--dry-run` writes the scripts anywhere; `--launcher local` runs the cells on this machine.",
+    ),
+    (
+        "repro/launch/ray_jobs.py",
+        "cannot reach the Ray Jobs API at http://127.0.0.1:8265 (<reason>); pass --ray-address http://HEAD:8265 "
+        "(the dashboard port)",
+        "Start the cluster (`ray start --head`) or name its head: the Jobs API is the dashboard's port (8265), "
+        "not the GCS port (6379). A sweep file can hold it as `ray: {address: http://HEAD:8265}`.",
+    ),
+    (
+        "repro/evaluation/runner.py",
+        "/models/my-sft holds no model weights (model.safetensors, pytorch_model.bin); copy the model's weight "
+        "files into it, or point repro eval at a complete model folder",
+        "The folder has `config.json` but no weights (a partial copy or download): copy them in, or evaluate a "
+        "complete folder. For a verl checkpoint saved without `hf_model` the line names verl's merger command "
+        "instead: run it.",
+    ),
+    (
+        "repro/evaluation/benchmarks.py",
+        "math500 has 499 problems, expected 500; check the file or the Hub copy (for a subset or another set, "
+        "give it your own name: --benchmarks my-math500 --benchmark-file my-math500=PATH)",
+        "A catalog benchmark must be complete. Pass the whole file, or give a subset or another set its own "
+        "name, as the line says: its size is then the file's.",
+    ),
+    (
+        "repro/evaluation/benchmarks.py",
+        "unknown benchmark 'gsm8k'; valid benchmarks: aime_like, math500, minerva_math, olympiadbench, "
+        "tiny-aime, ...; for your own benchmark pass its file too: --benchmark-file gsm8k=PATH",
+        "Your own benchmark: `--benchmarks gsm8k --benchmark-file gsm8k=gsm8k_test.jsonl`, a JSONL or Parquet "
+        "file of `problem` and `answer` fields (or verl rows), graded on the last box.",
+    ),
+)
+
+
+def _regex(node: ast.expr, helpers: dict[str, list[str]]) -> str | None:
+    """A message as a pattern of the line it prints: its literal text, and for each interpolated value any
+    text, except the words `unknown_name(KIND, ...)` always prints and the returns of the module's helpers."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return re.escape(re.sub(r"\s+", " ", node.value))
+    if isinstance(node, ast.JoinedStr):
+        return "".join(
+            _regex(part, helpers) if isinstance(part, ast.Constant) else _hole(part.value, helpers)
+            for part in node.values
+        )
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _regex(node.left, helpers), _regex(node.right, helpers)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def _hole(expr: ast.expr, helpers: dict[str, list[str]]) -> str:
+    """An interpolated value as a pattern: any text, but the words some values always print."""
+    name = getattr(expr.func, "id", "") if isinstance(expr, ast.Call) else ""
+    kind = expr.args[0] if name and expr.args else None
+    if name == "unknown_name" and isinstance(kind, ast.Constant) and isinstance(kind.value, str):
+        return re.escape(f"unknown {kind.value} ") + ".+" + re.escape(f"; valid {kind.value}s: ") + ".+"
+    return f"(?:{'|'.join(helpers[name])})" if helpers.get(name) else ".+"
+
+
+def _patterns(path: Path) -> list[re.Pattern]:
+    """Every message the module builds as a user error (raised or returned), as a pattern of the line."""
+    tree = ast.parse(path.read_text())
+    helpers = {}  # functions of the module that return text (a fix, say): a message's value may be one of them
+    for fn in (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)):
+        returns = [_regex(r.value, {}) for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None]
+        if returns and None not in returns:
+            helpers[fn.name] = returns
+    out = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and node.args):
+            continue
+        name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+        pattern = _regex(node.args[0], helpers) if name in USER_ERRORS else None
+        if pattern:
+            out.append(re.compile(pattern))
+    return out
+
+
+def _code(text: str) -> str:
+    """Inline code of a table cell, with a longer fence where the text itself holds backticks."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def common_errors() -> list[str]:
+    """The hand-written table of the errors a new user meets first, each checked against its module's raises."""
+    lines = [
+        "## Common errors and their fixes",
+        "",
+        "The lines a new user meets first, with what to do; `<...>` stands for what depends on your case.",
+        "",
+        "| the line you get | what to do |",
+        "| --- | --- |",
+    ]
+    for module, line, fix in COMMON_ERRORS:
+        if not any(p.fullmatch(" ".join(line.split())) for p in _patterns(ROOT / module)):
+            raise SystemExit(
+                f"error: scripts/gen-docs.py: the common error {line[:60]!r}... is not a line {module} prints; "
+                "copy the wording from its raise"
+            )
+        lines.append(f"| {_code(_cell('error: ' + line))} | {_cell(fix)} |")
+    return [*lines, ""]
+
+
 def troubleshooting() -> str:
     """Every one-line `error:` the code can print, with the fix it names, read from the source by AST."""
     lines = _head(
-        "the raises in repro/",
+        "the raises in repro/ and its COMMON_ERRORS rows",
         "Troubleshooting: every `error:` line",
         "Bad input (an unknown model or method, malformed YAML, a missing or corrupt file, a half-written run)",
         "prints one line starting with `error:` and exits with code 2; nothing already written is changed. Each",
-        "line names the problem and, where there is one, the fix. Below is every such message in the code, by",
-        "module, read from the source (`<...>` is filled in at run time). Search this page for the words of",
-        "the line you got.",
+        "line names the problem and, where there is one, the fix. First the errors most users meet, with what to",
+        "do; then every such message in the code, by module, read from the source. Search this page for the",
+        "words of the line you got.",
     )
+    lines += common_errors()
+    lines += [
+        "## Every `error:` line, by module",
+        "",
+        "Read from the raises in `repro/` (`<...>` is filled in at run time).",
+        "",
+    ]
     for path in sorted((ROOT / "repro").rglob("*.py")):
         found = []
         for node in ast.walk(ast.parse(path.read_text())):
@@ -112,7 +302,7 @@ def troubleshooting() -> str:
             if text:
                 found.append((node.lineno, " ".join(text.split())))
         if found:
-            lines += [f"## `{path.relative_to(ROOT)}`", ""]
+            lines += [f"### `{path.relative_to(ROOT)}`", ""]
             lines += ["- `error: " + text.replace("`", "'") + "`" for _, text in sorted(found)]
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"

@@ -3,11 +3,14 @@ hand edit is caught, and the README stays a short page that links only to pages 
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 GEN = ROOT / "scripts" / "gen-docs.py"
@@ -54,9 +57,51 @@ def test_the_reference_lists_every_command_of_the_app():
     assert not missing
 
 
+def _gen_docs():
+    """scripts/gen-docs.py as a module (its name is not an importable one)."""
+    spec = importlib.util.spec_from_file_location("gen_docs", GEN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_the_troubleshooting_page_holds_a_known_message():
     text = (ROOT / "docs" / "troubleshooting.md").read_text()
     assert "must be 64 hex digits" in text and text.count("- `error: ") > 100
+
+
+def test_the_troubleshooting_page_opens_with_the_common_errors_and_their_fixes():
+    text = (ROOT / "docs" / "troubleshooting.md").read_text()
+    common, by_module = text.split("## Every `error:` line, by module")
+    assert "## Common errors and their fixes" in common and "- `error: " not in common
+    rows = [line for line in common.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(_gen_docs().COMMON_ERRORS) >= 12
+    assert all(re.match(r"\| `+ ?error: ", row) for row in rows)
+    assert "already finished; use --overwrite to run it again" in common
+    assert "### `repro/rundir/create.py`" in by_module
+
+
+def test_a_common_error_the_code_does_not_print_fails_the_generator(monkeypatch):
+    gen = _gen_docs()
+    module, line, fix = gen.COMMON_ERRORS[2]
+    assert module == "repro/rundir/create.py" and "already finished" in line
+    reworded = (module, line.replace("already finished", "is already done"), fix)
+    monkeypatch.setattr(gen, "COMMON_ERRORS", (*gen.COMMON_ERRORS[:2], reworded, *gen.COMMON_ERRORS[3:]))
+    with pytest.raises(SystemExit, match=r"is not a line repro/rundir/create\.py prints"):
+        gen.troubleshooting()
+    # a hole in the code's message takes any text, the words around it do not
+    monkeypatch.setattr(gen, "COMMON_ERRORS", ((module, line.replace("runs/", "/scratch/"), fix),))
+    assert "/scratch/tiny-arith" in gen.troubleshooting()
+
+
+def test_a_hand_edited_common_error_fails_the_check(tmp_path, monkeypatch, capsys):
+    gen = _gen_docs()
+    monkeypatch.setattr(gen, "PAGES", {"troubleshooting.md": gen.troubleshooting})
+    page = tmp_path / "troubleshooting.md"
+    page.write_text(gen.troubleshooting().replace("--overwrite to run it again", "--force to run it again", 1))
+    assert gen.main(["--check", "--docs-dir", str(tmp_path)]) == 1
+    assert "docs/troubleshooting.md differ from the code" in capsys.readouterr().out
+    assert gen.main(["--docs-dir", str(tmp_path)]) == 0 and gen.main(["--check", "--docs-dir", str(tmp_path)]) == 0
 
 
 def test_the_readme_is_short_and_its_links_exist():
