@@ -127,7 +127,13 @@ def test_states_from_the_folder_and_the_job_records(tmp_path) -> None:
     failed = eval_state(run, spec, "finished")
     assert failed.state == "failed" and "error: out of memory" in failed.reason and str(log) in failed.reason
     assert eval_state(run, spec, "running").state == "pending"  # trained again: waits for the new training
+    # a job that succeeded on fewer checkpoints than the sweep asks (the main job's --eval-checkpoints final
+    # against a sweep file's `checkpoints: all`) is partial, not failed: it names what it evaluated
     _summary(run, 30, weighted=0.125)
+    (run / EVAL_JOBS).write_text(json.dumps({**record, "exit_code": 0}) + "\n")
+    partial = eval_state(run, EvalSpec(), "finished")
+    assert (partial.state, partial.steps) == ("partial", (30,)), partial
+    assert "checkpoints 30 of the 3 this sweep asks for" in partial.reason and "repro sweep eval" in partial.reason
     done = eval_state(run, spec, "finished")
     assert (done.state, done.weighted, done.steps) == ("done", 0.125, (30,))
     # a live `repro eval` holds RUN/eval/.eval.lock

@@ -41,6 +41,7 @@ _STYLE = {
     "pending": "dim",
     "unknown": "red",
     "done": "green",
+    "partial": "yellow",
     "waiting": "dim",
     "queued": "yellow",
     "not started": "red",

@@ -36,7 +36,7 @@ from repro.sweep import EvalSpec
 EVAL_JOBS = "eval-jobs.jsonl"
 EVAL_REQUEST = "eval-request.json"  # what the Ray training job needs to submit its own evaluation
 EVAL_LOCK = ".eval.lock"  # held by a live `repro eval` of the run (repro.evaluation.shards)
-EVAL_STATES = ("off", "pending", "waiting", "queued", "running", "done", "failed", "not started")
+EVAL_STATES = ("off", "pending", "waiting", "queued", "running", "done", "partial", "failed", "not started")
 
 
 @dataclass(frozen=True)
@@ -191,6 +191,17 @@ def eval_state(run_dir: Path, spec: EvalSpec | None, train_state: str, *, ask_sc
         return EvalState("not started", f"training {train_state}; {where} never ran", job=job)
     if "DependencyNeverSatisfied" in js.detail:  # removed with an earlier training job that failed
         return EvalState("pending", f"trained; {where} was removed with a failed training job", job=job)
+    if js.state == "finished":  # the job did what it was asked (--eval-checkpoints final, say): less than this
+        wanted = wanted_steps(run_dir, spec)
+        have = tuple(s for s in wanted if (run_dir / "eval" / f"global_step_{s}" / "summary.json").is_file())
+        shown = ", ".join(map(str, have)) if have else "none"
+        return EvalState(
+            "partial",
+            f"{where} evaluated checkpoints {shown} of the {len(wanted)} this sweep asks for; "
+            "`repro sweep eval SWEEP` evaluates the rest",
+            job=job,
+            steps=have,
+        )
     tail = _log_tail(job)
     detail = js.detail or js.state
     why = f"{where} ended {detail}" + (f": {tail}" if tail else "") + (f"; log {log}" if log else "")
