@@ -10,7 +10,7 @@ from repro import catalog
 from repro.sampling import make_estimator
 from repro.simulate.cost import LengthModel, TrainModel, _Draws, _prompt_order, run_step, simulate_cost
 from repro.simulate.engine import ServerModel
-from repro.simulate.overlap import simulate_overlap
+from repro.simulate.overlap import STEADY_MIN_STEPS, simulate_overlap
 
 T0, T1 = 0.01, 0.001
 
@@ -43,6 +43,25 @@ def test_two_steps_of_one_prompt_by_hand() -> None:
     wave4 = 100 * (T0 + 4 * T1)
     assert none.step_ends == pytest.approx([wave4 + 2.0, 2 * wave4 + 4.0], rel=1e-12)
     assert none.staleness_max == 0
+
+
+def test_the_steady_step_is_the_mean_of_whole_short_long_pairs_by_hand() -> None:
+    """The same prompt, one step ahead, 20 steps: steps 2k and 2k+1 are generated together (one wave of 8), so
+    the gaps between update ends alternate: 2 s (the second update, its step already done) and a wave plus an
+    update. The steady step averages whole pairs without the first gap and the last: (wave8 + 4) / 2 exactly,
+    while the whole run's average still carries the fill; a short run has no steady value."""
+    server = ServerModel(replicas=1, capacity=16, t0=T0, t1=T1, prefill_per_token=0.0)
+    lengths = LengthModel(50, 100, 0.0, 1000)
+    train = TrainModel(per_token=0.0, fixed=2.0)
+    wave8 = 100 * (T0 + 8 * T1)
+    long = _overlap("grpo-n4", np.zeros(3), server, lengths, train, steps=STEADY_MIN_STEPS + 3, batch=1, ahead=1)
+    gaps = np.diff(long.step_ends)
+    assert gaps[::2] == pytest.approx([2.0] * len(gaps[::2])) and gaps[1::2] == pytest.approx(
+        [wave8 + 2.0] * len(gaps[1::2])
+    )
+    assert long.steady_step_s == pytest.approx((wave8 + 4.0) / 2, rel=1e-12)
+    short = _overlap("grpo-n4", np.zeros(3), server, lengths, train, steps=STEADY_MIN_STEPS + 1, batch=1, ahead=1)
+    assert short.steady_step_s is None  # 16 gaps less the first and the last: too few
 
 
 @pytest.mark.parametrize("method", ["grpo-n4", "seq-balance-stream", "seq-pos-stream"])

@@ -305,11 +305,14 @@ def cost(
       repro simulate cost --len-correct 800 --len-incorrect 800   # lengths that do not depend on correctness
 
       repro simulate cost --no-overlap --steps 8   # the synchronous schedules only, averaged over more steps
+
+      repro simulate cost --methods grpo-n4,seq-balance --steps 48   # the async step a long run settles at
     """
     import numpy as np
 
     from repro.simulate.cost import LengthModel, TrainModel, add_ratios, simulate_cost
     from repro.simulate.engine import ServerModel
+    from repro.simulate.overlap import STEADY_MIN_STEPS
 
     rates = _rates(pass_at_1, pass_at_k, k, alpha, beta, pass_rates)
     server = ServerModel(replicas, capacity, t0, t1, prefill, prompt_tokens)
@@ -349,13 +352,15 @@ def cost(
         title=f"Step cost on {replicas} x {capacity}-slot servers ({server.peak_throughput:,.0f} tokens/s peak); "
         f"{rates.description}; {steps} steps x {batch} prompts",
         caption="ratio: step time / GRPO-n4's synchronous step (paper Table 2, Qwen2.5-Math-1.5B, in brackets); "
-        "async: the overlapped schedule (stale: most updates a trained prompt was behind); floor: tokens at peak "
-        "throughput + update, over the same reference; bound: tokens / peak; chain: longest chain of one prompt",
+        "async: the overlapped schedule over this run (steady: a long run's step, the mean gap between updates "
+        f"without the first and last, with --steps {STEADY_MIN_STEPS + 2} or more; stale: most updates a trained "
+        "prompt was behind); floor: tokens at peak throughput + update, over the same reference; bound: tokens / "
+        "peak; chain: longest chain of one prompt",
     )
     ref = next((r for r in results if r.method == "grpo-n4"), None)
     columns = ["method", "responses", "tokens", "gen s", "train s", "step s", "ratio"]
     if overlap:
-        columns += ["async s", "async ratio", "stale", "floor"]
+        columns += ["async s", "async ratio", "steady", "stale", "floor"]
     columns += ["bound s", "chain s", "gen/bound"]
     for col in columns:
         table.add_column(col, justify="left" if col == "method" else "right")
@@ -375,6 +380,7 @@ def cost(
             row += [
                 f"{r.async_step_s:.1f}",
                 "—" if r.async_ratio_to_grpo_n4 is None else f"{r.async_ratio_to_grpo_n4:.2f}",
+                "—" if r.async_steady_ratio_to_grpo_n4 is None else f"{r.async_steady_ratio_to_grpo_n4:.2f}",
                 str(r.async_staleness_max),
                 "—" if ref is None else f"{r.floor_s / ref.step_s:.2f}",
             ]

@@ -163,6 +163,8 @@ class MethodCost:
     async_staleness_max: int | None = None
     async_staleness_mean: float | None = None
     async_ratio_to_grpo_n4: float | None = None  # over GRPO-n4's synchronous step, as the paper's ratios are
+    async_steady_step_s: float | None = None  # a long run's async step (repro.simulate.overlap); None if too few
+    async_steady_ratio_to_grpo_n4: float | None = None
 
     @property
     def floor_s(self) -> float:
@@ -245,6 +247,7 @@ def simulate_cost(
             "async_generation_s": over.generation_s,
             "async_staleness_max": over.staleness_max,
             "async_staleness_mean": over.staleness_mean,
+            "async_steady_step_s": over.steady_step_s,
         }
         if on_step:
             on_step()
@@ -275,3 +278,5 @@ def add_ratios(rows: list[MethodCost], reference: str = "grpo-n4") -> None:
         row.ratio_to_grpo_n4 = row.step_s / ref.step_s if ref else None
         if row.async_step_s is not None:
             row.async_ratio_to_grpo_n4 = row.async_step_s / ref.step_s if ref else None
+        if row.async_steady_step_s is not None:
+            row.async_steady_ratio_to_grpo_n4 = row.async_steady_step_s / ref.step_s if ref else None
