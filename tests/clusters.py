@@ -148,6 +148,26 @@ def slurm_cluster(root: Path) -> Iterator[dict[str, str]]:
             _wait_munged_gone()
 
 
+AGENT_PORT_FLAGS = (
+    "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
+    "--metrics-export-port", "--ray-client-server-port", "--object-manager-port", "--node-manager-port",
+)  # fmt: skip
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports free on 127.0.0.1 now: bound together (so distinct), then released for Ray to take."""
+    import socket
+
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 @contextlib.contextmanager
 def ray_cluster(temp_dir: Path) -> Iterator[str]:
     """A Ray head on 127.0.0.1 with the dashboard (Jobs API) on 8266; yields the Jobs API address."""
@@ -162,6 +182,11 @@ def ray_cluster(temp_dir: Path) -> Iterator[str]:
         "--dashboard-port=8266", "--num-cpus=2", "--include-dashboard=true", "--disable-usage-stats",
         f"--temp-dir={temp_dir}",
     ]  # fmt: skip
+    # Every other port Ray would take by default (the job agent's 52365 among them) is a free one: a verl run
+    # in another xdist worker starts its own local Ray with those defaults, and the second agent to bind
+    # loses; this cluster's Jobs API then answers "No available agent to submit job" (seen in the suite).
+    ports = dict(zip(AGENT_PORT_FLAGS, _free_ports(len(AGENT_PORT_FLAGS)), strict=True))
+    start += [f"{flag}={port}" for flag, port in ports.items()]
     result = subprocess.run(start, capture_output=True, text=True, env=env, timeout=180)
     if result.returncode != 0:
         raise RuntimeError(f"ray start failed: {result.stderr[-2000:]}")

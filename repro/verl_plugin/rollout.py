@@ -93,7 +93,7 @@ def check_reward_during_rollout(config: Any) -> None:
 def resumed(outputs: list[Any]) -> bool:
     """Whether one agent-loop run was sampled across weight versions (verl's FullyAsyncLLMServerClient records
     the first and last version a resumed request saw in `extra_fields`)."""
-    fields = outputs[-1].extra_fields or {}
+    fields = getattr(outputs[-1], "extra_fields", None) or {}
     low, high = fields.get("min_global_steps"), fields.get("max_global_steps")
     return low is not None and high is not None and high > low
 
