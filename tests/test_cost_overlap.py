@@ -132,7 +132,7 @@ def test_cli_writes_the_async_columns_and_the_schedules_figure(tmp_path, capsys)
     table = capsys.readouterr().out
     assert "async: the overlapped schedule" in " ".join(table.split())  # the caption, however the table wraps
     doc = json.loads(cost.read_text())
-    assert doc["settings"]["overlap"] is True and doc["settings"]["ahead"] == 1
+    assert doc["settings"]["overlap"] is True and doc["settings"]["ahead"] == 2
     rows = {r["method"]: r for r in doc["methods"]}
     assert rows["seq-balance"]["async_step_s"] < rows["seq-balance"]["step_s"]
     assert rows["seq-balance"]["floor_s"] == pytest.approx(

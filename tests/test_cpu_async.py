@@ -65,10 +65,10 @@ def test_sync_runs_keep_their_config_and_async_verl_cells_show_their_keys(tiny_e
     out = capsys.readouterr().out
     assert "async_rollout" not in out  # a sync run's config.yaml reads as before the option existed
     args = ["run", "--model", "tiny-arith", "--method", "seq-balance", "--engine", "verl", "--dry-run"]
-    assert main([*args, "--set", "trainer.v1.colocate_async.num_warmup_batches=2"]) == 0
+    assert main([*args, "--set", "trainer.v1.colocate_async.num_warmup_batches=3"]) == 0
     plain = capsys.readouterr().out
     assert "async schedule" not in plain and "trainer_mode=repro_sync" in plain
-    assert main([*args, "--async", "--set", "trainer.v1.colocate_async.num_warmup_batches=2"]) == 0
+    assert main([*args, "--async", "--set", "trainer.v1.colocate_async.num_warmup_batches=3"]) == 0
     out = capsys.readouterr().out
     schedule = catalog.async_schedule()
     for key, setting in schedule.items():

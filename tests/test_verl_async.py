@@ -22,10 +22,10 @@ from repro.verl_plugin import audit
 STEPS = 4
 STALE = "training/off_policy/trajectory_staleness_worst/max"  # versions behind, counted from a trajectory's start
 SPANS = "training/off_policy/trajectory_spans/max"  # weight versions one trajectory was sampled across
-# Two batches ahead instead of one, and a server that samples at most one batch's round at a time (64 requests,
-# vLLM's max_num_seqs): the batches then finish one after another, so when the trainer takes the first, the
-# others are mid-round and verl's abort cuts them (all in lockstep, nothing would be running at the abort).
-AHEAD = ("trainer.v1.colocate_async.num_warmup_batches=2", "actor_rollout_ref.rollout.max_num_seqs=64")
+# A server that samples at most one batch's round at a time (64 requests, vLLM's max_num_seqs): the batches in
+# flight then finish one after another, so when the trainer takes the first, the others are mid-round and
+# verl's abort may cut them (in lockstep, nothing would be running at the abort).
+AHEAD = ("actor_rollout_ref.rollout.max_num_seqs=64",)
 
 
 @pytest.fixture(scope="module")

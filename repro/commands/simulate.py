@@ -270,8 +270,14 @@ def cost(
         ),
     ] = True,
     ahead: Annotated[
-        int, typer.Option("--ahead", min=0, help="Async: steps in flight beyond the one training (verl's warmup).")
-    ] = 1,
+        int,
+        typer.Option(
+            "--ahead",
+            min=0,
+            help="Async: steps in flight beyond the one training (verl's num_warmup_batches; 2 as the async "
+            "cells run, see repro/catalog/async_schedule.yaml; verl's default is 1).",
+        ),
+    ] = 2,
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
     out: OutOpt = None,

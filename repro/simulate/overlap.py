@@ -22,10 +22,11 @@ the end, so it errs on the slow side (Seq-balance 2.42x over 4 steps, 2.36x over
 
 A paper run is 600 steps, so what it pays per step is the steady state: `steady_step_s`, the mean gap between
 update ends without the first and the last (the fill, and a last step with nothing admitted behind it), over
-an even number of gaps, at least `STEADY_MIN_STEPS`. An even number because with one step ahead two steps'
-prompts share the servers and the gaps alternate short and long (at paper scale Seq-balance's are about 0.85x
-and 3.8x GRPO-n4's step), so a mean over an odd count is off by half a swing over the count. Seq-balance at
-paper scale: 2.32x over 18, 24 and 48 steps alike (whole-run 2.35x, 2.34x, 2.33x).
+whole cycles of `ahead + 1` gaps, at least `STEADY_MIN_STEPS` of them. Whole cycles because the steps in flight
+share the servers and the gaps repeat: with one step ahead they alternate short and long (at paper scale
+Seq-balance's are about 0.85x and 3.8x GRPO-n4's step), so a mean over an odd count is off by half a swing
+over the count. Seq-balance at paper scale, one step ahead: 2.32x over 18, 24 and 48 steps alike (whole-run
+2.35x, 2.34x, 2.33x).
 """
 
 from __future__ import annotations
@@ -159,7 +160,8 @@ def simulate_overlap(
                 samplers[step].observe(slot, np.array([owner[i][2] for i in ids]))
                 feed(step, [slot])
     inner = np.diff(ends)[1:-1]  # neither the fill nor the last step, which has nothing admitted behind it
-    inner = inner[: len(inner) // 2 * 2]  # whole short-long pairs
+    cycle = ahead + 1  # steps that share the servers: the gaps repeat with this period
+    inner = inner[: len(inner) // cycle * cycle]  # whole cycles
     steady = float(inner.mean()) if len(inner) >= STEADY_MIN_STEPS else None
     return OverlapCost(
         step_s=ends[-1] / total,
