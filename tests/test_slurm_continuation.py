@@ -343,7 +343,7 @@ def test_a_cell_longer_than_its_time_limit_continues_in_new_allocations_by_itsel
     runs = tmp_path / "runs"
     report = submit_sweep(
         load_sweep(sweep_file), SlurmScheduler(options=options, project_dir=ROOT), runs,
-        options=cpu, wait=True, poll=1, timeout=420, retries=0,
+        options=cpu, wait=True, poll=1, timeout=900, retries=0,  # a loaded machine needs more allocations
     )  # fmt: skip
     seconds = time.monotonic() - started
     run = runs / cell_name("tiny-arith", "grpo-n4", "standard", 0)
