@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,16 +193,8 @@ def released_report(backbone: str, method: str, overrides: list[str]) -> list[st
             f"released preset: no released script trained {kind} methods; the paper preset applies, with the "
             "hyperparameters' released values (entropy_coeff, total_training_steps)"
         ]
-    given = set(overrides)
     lines = [f"released preset: {script.script} of {script.repository}; each value <- its source"]
-    for key, setting in script.applied(backbone).items():
-        if setting.value is None:
-            shown = f"{key} removed"
-            passed = not any(o.split("=", 1)[0].lstrip("+") == key.lstrip("+") for o in overrides)
-        else:
-            shown = f"{key}={_fmt(setting.value)}"
-            passed = shown in given
-        lines.append(f"  {shown}  <- {setting.source}{'' if passed else '  [replaced by --set]'}")
+    lines += _setting_lines(script.applied(backbone), overrides)
     lines.append(f"released values verl 0.9.1 does not get ({script.script}):")
     for key, setting in script.not_passed.items():
         lines.append(f"  {key}={_fmt(setting.value)}: {setting.note}")
@@ -213,11 +206,23 @@ def async_report(method: str, overrides: list[str]) -> list[str]:
     (marked where a --set replaced it)."""
     if not catalog.get_method(method).asynchronous:
         return []
-    given = set(overrides)
     lines = ["async schedule (repro/catalog/async_schedule.yaml); each value <- its reason"]
-    for key, setting in catalog.async_schedule().items():
-        shown = f"{key}={_fmt(setting.value)}"
-        lines.append(f"  {shown}  <- {setting.source}{'' if shown in given else '  [replaced by --set]'}")
+    return lines + _setting_lines(catalog.async_schedule(), overrides)
+
+
+def _setting_lines(settings: Mapping[str, catalog.Setting], overrides: list[str]) -> list[str]:
+    """One dry-run line per setting a preset or schedule passes to verl, with its source, marked where a --set
+    replaced it (a null value is a removed key)."""
+    given = set(overrides)
+    lines = []
+    for key, setting in settings.items():
+        if setting.value is None:
+            shown = f"{key} removed"
+            passed = not any(o.split("=", 1)[0].lstrip("+") == key.lstrip("+") for o in overrides)
+        else:
+            shown = f"{key}={_fmt(setting.value)}"
+            passed = shown in given
+        lines.append(f"  {shown}  <- {setting.source}{'' if passed else '  [replaced by --set]'}")
     return lines
 
 

@@ -53,6 +53,7 @@ from repro.sampling.spec import SamplerSpec
 from repro.verl_plugin import audit, pool_stats, state
 from repro.verl_plugin.ada_loop import Sample, _gather_or_cancel, run_adaptive_step
 from repro.verl_plugin.refill import RefillStream, load_records, plan_dapo_commit, slot_keys
+from repro.verl_plugin.stop_trainer import VERL_MODES
 
 logger = logging.getLogger(__name__)
 _COLLECT = contextvars.ContextVar("reinforce_ada_collect", default=False)
@@ -183,9 +184,6 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
         await tq.async_kv_clear(keys=[uid], partition_id="train")
 
 
-SYNC_MODES = ("sync", "repro_sync")  # trainer.v1.trainer_mode values under which a step samples one batch
-
-
 def _log_failure(future: concurrent.futures.Future) -> None:
     if not future.cancelled() and future.exception() is not None:
         logger.error("an async Reinforce-Ada step failed", exc_info=future.exception())
@@ -209,7 +207,8 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
             logger.info("Reinforce-Ada estimator restored from step %s", restored)
             audit.append("est", {"restored_step": restored})
         self._sampler_log = None
-        self.asynchronous = str(self.config.trainer.v1.trainer_mode) not in SYNC_MODES
+        mode = str(self.config.trainer.v1.trainer_mode)  # ours (repro_sync, ...) or verl's own name
+        self.asynchronous = VERL_MODES.get(mode, mode) != "sync"
         threshold = self.config.trainer.v1.sampler.get("max_off_policy_threshold", None)
         # a prompt drawn at step s is trained by step s + threshold - 1 at the latest (verl's replay buffer);
         # unbounded (null) keeps every pool until the run ends

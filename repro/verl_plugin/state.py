@@ -14,6 +14,7 @@ import logging
 import os
 from pathlib import Path
 
+from repro.atomic import write_text
 from repro.errors import ReproError
 from repro.sampling import BetaBernoulliEstimator, SamplerSpec, make_estimator
 from repro.verl_plugin import pool_stats
@@ -40,18 +41,12 @@ def save(checkpoint_dir: str | Path, pools: bool = False) -> Path | None:
     this file their pools."""
     stats = pool_stats.dump() if pools else None
     if stats:
-        _write_json(Path(checkpoint_dir) / POOL_STATS_FILE, stats)
+        write_text(Path(checkpoint_dir) / POOL_STATS_FILE, json.dumps(stats))
     if _ESTIMATOR is None:
         return None
     path = Path(checkpoint_dir) / STATE_FILE
     _ESTIMATOR.save(path)
     return path
-
-
-def _write_json(path: Path, data: object) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
 
 
 def restore_pool_stats(
