@@ -221,7 +221,8 @@ def model_path_label(model: str, model_path: str) -> str:
 
 def check_model_path(model_path: str) -> None:
     """A local folder must be a Hugging Face model (config.json) before any job is spent on it; anything
-    else must read as a Hub id (ORG/NAME), which verl's workers download."""
+    else must read as a Hub id (ORG/NAME), which the submission downloads into the cache the jobs read
+    (repro.weights_cache)."""
     import re
 
     folder = Path(model_path)
@@ -258,6 +259,12 @@ def verl_run(
         train, val = gpu_data_files(model, prompt_set, train_file, val_file, preset)
     if model_path:
         weights = str(Path(model_path).resolve()) if Path(model_path).exists() else str(model_path)
+    hub_env: dict[str, str] = {}
+    source = weights or catalog.get_backbone(model).hf_id
+    if catalog.get_backbone(model).device != "cpu" and source:  # compute nodes may have no Hub: local weights
+        from repro.weights_cache import job_env, local_weights
+
+        weights, hub_env = local_weights(source), job_env()
     (train, val), hub_sources = hub_inputs((train, val))
     cell = VerlCell(
         model,
@@ -274,6 +281,7 @@ def verl_run(
         model_path=weights,
         loggers=tuple(loggers),
         label=model_path_label(model, model_path) if model_path else "",
+        env=hub_env,
     )
     overrides = build_overrides(cell)
     values = dict(item.split("=", 1) for item in overrides)

@@ -31,7 +31,7 @@ SETUP_GPU = "run `bash scripts/setup-venv.sh gpu`"
 # `fsdp` extra pulls in through this sub-extra.
 VERL_EXTRAS = ("vllm", "flash-attn-cu130torch211")
 # attn_implementation -> (module transformers imports, distribution); sdpa and eager are torch's own.
-_ATTENTION_PACKAGES = {
+ATTENTION_PACKAGES = {
     "flash_attention_2": ("flash_attn", "flash-attn"),
     "flash_attention_3": ("flash_attn_interface", "flash-attn-3"),
 }
@@ -193,13 +193,13 @@ def stack_problems(cuda: bool, attn_implementation: str = "flash_attention_2") -
     have = installed_version("vllm")
     if have is None:
         problems.append(
-            f"vLLM is not installed on this CUDA machine (the project tested {want}, verl 0.9.1's pin): {setup}"
+            f"vLLM is not installed (the project tested {want}, verl 0.9.1's pin; GPU cells roll out with it): {setup}"
         )
     elif _public(have) != want:
         problems.append(f"vllm {have} is installed, the project tested {want} (verl 0.9.1's pin): {setup}")
 
-    if attn_implementation in _ATTENTION_PACKAGES:
-        module, dist = _ATTENTION_PACKAGES[attn_implementation]
+    if attn_implementation in ATTENTION_PACKAGES:
+        module, dist = ATTENTION_PACKAGES[attn_implementation]
         pinned = tested.get(_norm(dist))
         hint = flash_attn_hint(pinned, tested["torch"]) if pinned else f"install {dist}, or `{_SDPA}`"
         have = installed_version(dist)
@@ -209,3 +209,28 @@ def stack_problems(cuda: bool, attn_implementation: str = "flash_attention_2") -
         elif pinned and have and _public(have) != pinned:
             problems.append(f"{dist} {have} is installed, the project tested {pinned} (verl 0.9.1's pin): {hint}")
     return problems
+
+
+def installed_from(report: dict, name: str) -> str | None:
+    """What pip's `--report` says it installed for distribution `name`: version, where from and the archive's
+    sha256, as one line; None when the report holds no such install."""
+    for item in report.get("install") or []:
+        meta = item.get("metadata") or {}
+        if _norm(str(meta.get("name", ""))) != _norm(name):
+            continue
+        info = item.get("download_info") or {}
+        hashes = (info.get("archive_info") or {}).get("hashes") or {}
+        digest = hashes.get("sha256") or "not reported by pip"
+        where = info.get("url", "?")
+        return f"repro: installed {meta.get('name')} {meta.get('version')} from {where} (sha256 {digest})"
+    return None
+
+
+if __name__ == "__main__":  # `python -m repro.gpu_stack installed-from REPORT NAME` (scripts/setup-venv.sh gpu)
+    import json
+    import sys
+
+    if len(sys.argv) != 4 or sys.argv[1] != "installed-from":
+        sys.exit("usage: python -m repro.gpu_stack installed-from PIP_REPORT.json DISTRIBUTION")
+    line = installed_from(json.loads(Path(sys.argv[2]).read_text()), sys.argv[3])
+    print(line or f"repro: {sys.argv[3]} is not in {sys.argv[2]}")

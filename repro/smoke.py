@@ -113,11 +113,11 @@ class Smoke:
 
     # -- stages ------------------------------------------------------------------------------------------
     def stack(self) -> str:
+        if not self.cpu:  # a GPU cell: the node check every job runs, with its lines (repro.stack_check)
+            return self._gpu_stack()
         from repro.gpu_stack import stack_problems
 
-        problems = stack_problems(self.cuda and not self.cpu)
-        if not self.cpu and not self.cuda:
-            problems.insert(0, f"{self.model} needs CUDA and torch sees no GPU here: run the smoke on a GPU node")
+        problems = stack_problems(False)
         need = self._disk_needed()
         self.folder.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(self.folder).free
@@ -130,6 +130,23 @@ class Smoke:
             raise _Failed(" | ".join(problems))
         devices = f"{self.gpus} CUDA GPU(s)" if self.cuda else "no CUDA (the CPU rehearsal)"
         return f"{devices}; {_versions()}; {free / 1e9:.0f} GB free for checkpoints (need {need / 1e9:.2f} GB)"
+
+    def _gpu_stack(self) -> str:
+        """The same checks and lines as a GPU job's first line (`python -m repro.node_check`): packages,
+        attention, the driver against torch's CUDA, CUDA itself, the smoke's disk; each line on its own row."""
+        from repro.stack_check import CellNeeds, failures, run_checks
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        need = self._disk_needed()
+        needs = CellNeeds(
+            gpus_per_node=max(1, self.gpus), checkpoints=str(self.folder), one_save=need // STEPS, whole_run=need
+        )
+        checks = run_checks(needs, on_node=True)
+        shown = "\n".join(f"         {check.line()}" for check in checks)
+        bad = failures(checks)
+        if bad:
+            raise _Failed(f"{bad[0].detail}\n{shown}")
+        return f"{self.gpus} CUDA GPU(s); {_versions()}\n{shown}"
 
     def _disk_needed(self) -> int:
         params = self.backbone.param_count or 0

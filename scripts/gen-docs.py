@@ -131,12 +131,13 @@ COMMON_ERRORS = (
     ),
     (
         "repro/commands/run.py",
-        "qwen2.5-math-1.5b needs CUDA GPUs and none is visible here; use --dry-run to print the command, or "
+        "qwen2.5-math-1.5b cannot train on this host: torch 2.13.0+cpu is installed, the project tested 2.11.0 "
+        "on GPUs (verl 0.9.1's pin): run `bash scripts/setup-venv.sh gpu` (and 3 more: `--dry-run` lists them); or "
         "--model tiny-arith on a CPU",
-        "Run it on a GPU node in the GPU environment (`bash scripts/setup-venv.sh gpu`); there `python -c "
-        "'import torch; print(torch.cuda.is_available())'` must print True (check `nvidia-smi` and "
-        "`CUDA_VISIBLE_DEVICES`). On a CPU, `--dry-run` shows the cell and `--model tiny-arith --engine verl` "
-        "rehearses it.",
+        "`repro run` of a GPU cell checks this host as a job checks its node (the stack, the attention, the NVIDIA "
+        "driver, CUDA, the disk) and names the first problem. Run it on a GPU node in the GPU environment (`bash "
+        "scripts/setup-venv.sh gpu`). On a CPU, `--dry-run` shows the cell and every check, and `--model "
+        "tiny-arith --engine verl` rehearses it.",
     ),
     (
         "repro/commands/run.py",
@@ -200,6 +201,25 @@ COMMON_ERRORS = (
         "tiny-aime, ...; for your own benchmark pass its file too: --benchmark-file gsm8k=PATH",
         "Your own benchmark: `--benchmarks gsm8k --benchmark-file gsm8k=gsm8k_test.jsonl`, a JSONL or Parquet "
         "file of `problem` and `answer` fields (or verl rows), graded on the last box.",
+    ),
+    (
+        "repro/verl_plugin/preflight.py",
+        "stack check (/shared/repro/.venv/bin/python): vLLM is not installed (the project tested 0.24.0, verl "
+        "0.9.1's pin; GPU cells roll out with it): run `bash scripts/setup-venv.sh gpu` (and 2 more: `--dry-run` "
+        "lists them)",
+        "The environment the jobs will use is not the tested GPU stack, so every job would fail on its node. Run "
+        "`bash scripts/setup-venv.sh gpu` there; `repro sweep run FILE --dry-run` lists every check (the NVIDIA "
+        "driver against torch's CUDA, the attention package, the disk) with its fix: docs/gpu-cluster.md, "
+        "\"The stack check\".",
+    ),
+    (
+        "repro/commands/run.py",
+        "qwen2.5-math-7b cannot train on this host: NVIDIA driver 535.183.01 found, torch 2.11.0 is built for "
+        "CUDA 13.0, which needs driver >= 580.65.06. Either install a newer driver ... (and 1 more: `--dry-run` "
+        "lists them); or --model tiny-arith on a CPU",
+        "A driver older than torch's CUDA runtime: torch sees no GPU. Use nodes with a 580-family driver, or "
+        "NVIDIA's CUDA forward-compatibility package (`cuda-compat-13-*`), or a torch built for the driver's CUDA "
+        "(with a vLLM built against it). A job script's first line prints the same check on its node.",
     ),
 )
 

@@ -7,8 +7,9 @@
 # `gpu` installs under repro/catalog/gpu_constraints.txt (vLLM 0.24.0, torch 2.11.0 CUDA build from PyPI,
 # transformers 5.9.0: the versions verl 0.9.1 pins) and then an attention backend for verl's FSDP actor,
 # which defaults to flash_attention_2. PyPI ships flash-attn 2.8.3 as an sdist only (a CUDA compile), so a
-# prebuilt wheel is tried from verl's own wheelhouse index, or from REPRO_FLASH_ATTN_WHEEL=<url or path>;
-# when none imports, the install still succeeds and one line says how to get one. `bash
+# prebuilt wheel is tried from REPRO_FLASH_ATTN_WHEEL=<url or path>, verl's own wheelhouse index, then a community
+# cu130/torch 2.11 build; the one installed is printed with its URL and sha256 (from pip's --report). When none
+# imports, the install still succeeds and one line says how to get one: cells then run with sdpa, and say so. `bash
 # scripts/resolve-gpu.sh` shows what `gpu` would install without installing it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,9 +67,11 @@ if [ "$gpu" = 1 ] && ! .venv/bin/python -c 'import flash_attn' 2>/dev/null; then
   # flash-attn needs a wheel built for this exact Python / torch / CUDA; a mismatched one installs but
   # fails to import (undefined symbols), so every candidate is checked by importing it and removed if not.
   fa_pin="$(sed -n 's/^flash-attn==\([^ #]*\).*/\1/p' "$constraints")"
+  fa_report=".venv/flash-attn-install.json"  # pip's own record of what it installed: the wheel's URL and sha256
   fa_try() {
-    if .venv/bin/python -m pip install --quiet --retries 1 --timeout 30 -c "$constraints" "$@" >> "$log" 2>&1 \
-        && .venv/bin/python -c 'import flash_attn' >> "$log" 2>&1; then
+    if .venv/bin/python -m pip install --quiet --retries 1 --timeout 30 -c "$constraints" --report "$fa_report" "$@" \
+        >> "$log" 2>&1 && .venv/bin/python -c 'import flash_attn' >> "$log" 2>&1; then
+      .venv/bin/python -m repro.gpu_stack installed-from "$fa_report" flash-attn >&2 || true
       return 0
     fi
     .venv/bin/python -m pip uninstall --quiet -y flash-attn >> "$log" 2>&1 || true
@@ -82,8 +85,13 @@ if [ "$gpu" = 1 ] && ! .venv/bin/python -c 'import flash_attn' 2>/dev/null; then
   .venv/bin/python -c 'import flash_attn' 2>/dev/null \
     || fa_try --only-binary flash-attn --extra-index-url https://verl-project.github.io/verl-wheelhouse/simple/ \
       "flash-attn==${fa_pin}" || true
+  py="$(.venv/bin/python -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
+  # a community build for exactly this stack (cu130, torch 2.11, this Python): prebuilt, so nothing compiles;
+  # what was installed, with its sha256, is printed above (REPRO_FLASH_ATTN_WHEEL=none skips it)
+  if [ "${REPRO_FLASH_ATTN_WHEEL:-}" != "none" ] && ! .venv/bin/python -c 'import flash_attn' 2>/dev/null; then
+    fa_try "https://github.com/mjun0812/flash-attention-prebuild-wheels/releases/download/v0.9.4/flash_attn-${fa_pin}+cu130torch${torch_pin%.*}-${py}-${py}-linux_x86_64.whl" || true
+  fi
   if ! .venv/bin/python -c 'import flash_attn' 2>/dev/null; then
-    py="$(.venv/bin/python -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
     echo "repro: flash-attn ${fa_pin} not installed (PyPI has only its sdist, no prebuilt wheel for ${py}/torch ${torch_pin} was found): rerun with REPRO_FLASH_ATTN_WHEEL=https://github.com/mjun0812/flash-attention-prebuild-wheels/releases/download/v0.9.4/flash_attn-${fa_pin}+cu130torch${torch_pin%.*}-${py}-${py}-linux_x86_64.whl bash scripts/setup-venv.sh gpu (a community cu130 build), or compile it with nvcc 13 (MAX_JOBS=8 .venv/bin/pip install --no-build-isolation flash-attn==${fa_pin}); without it, run cells with --set +actor_rollout_ref.model.override_config.attn_implementation=sdpa" >&2
   fi
 fi

@@ -316,8 +316,15 @@ def test_a_released_sweep_fetches_its_hub_sets_before_it_submits(home, monkeypat
         released, "load_hub_rows", lambda hub_id, split="train": loads.append(hub_id) or RELEASED_ROWS * 50
     )
     monkeypatch.setattr(flt, "token_counter", lambda _path: None)
+    # the submission also puts the backbone's weights into the Hugging Face cache (repro.weights_cache): there is
+    # no Hub here, so that cache holds them already
+    from hf_cache import model_files, populate
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    populate(tmp_path / "hf" / "hub", "Qwen/Qwen3-4B-Instruct-2507", model_files("qwen3-4b-instruct", tmp_path / "m"))
     scheduler = _RecordingScheduler()
-    submit_sweep(load_sweep(sweep_file), scheduler, tmp_path / "runs")
+    # the stack check would stop a GPU submission on this CPU machine (tests/test_stack_check.py shows it)
+    submit_sweep(load_sweep(sweep_file), scheduler, tmp_path / "runs", check_stack=False)
     assert scheduler.submitted == ["qwen3-4b-instruct__seq-balance__hard__s0"]
     assert sorted(loads) == ["RLHFlow/reinforce_ada_hard_prompt", "weqweasdas/validate"]
     assert (tmp_path / "runs/qwen3-4b-instruct__seq-balance__hard__s0/jobs.jsonl").exists()

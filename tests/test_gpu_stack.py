@@ -301,3 +301,33 @@ def test_resolve_report_says_no_for_another_vllm(tmp_path):
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("equal to verl 0.9.1's tested versions: NO")
     assert "vllm 0.31.0 (verl 0.9.1 tested 0.24.0)" in last
+
+
+def test_setup_says_which_flash_attn_wheel_it_installed_with_its_sha256(tmp_path) -> None:
+    """scripts/setup-venv.sh gpu prints this line from pip's own --report (here of a hand-built wheel of the
+    same name, installed --dry-run from a local file: no network)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    wheel = tmp_path / "flash_attn-2.8.3-py3-none-any.whl"
+    files = {
+        "flash_attn/__init__.py": b"",
+        "flash_attn-2.8.3.dist-info/METADATA": b"Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.8.3\n",
+        "flash_attn-2.8.3.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    with zipfile.ZipFile(wheel, "w") as archive:
+        record = []
+        for name, data in files.items():
+            archive.writestr(name, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{name},sha256={digest},{len(data)}")
+        record.append("flash_attn-2.8.3.dist-info/RECORD,,")
+        archive.writestr("flash_attn-2.8.3.dist-info/RECORD", "\n".join(record))
+    report = tmp_path / "report.json"
+    pip = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--no-deps", "--no-index"]
+    subprocess.run([*pip, "--report", str(report), str(wheel)], check=True, timeout=120)
+    line = gpu_stack.installed_from(json.loads(report.read_text()), "flash_attn")
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert line == f"repro: installed flash-attn 2.8.3 from {wheel.as_uri()} (sha256 {sha})"
+    assert gpu_stack.installed_from(json.loads(report.read_text()), "vllm") is None

@@ -16,6 +16,7 @@ from repro.launch.attempt import PLACEHOLDER
 from repro.launch.slurm import SlurmOptions
 from repro.sweep import load_sweep
 from repro.verl_plugin.config_builder import VerlCell, build_overrides, shell_command
+from repro.weights_cache import job_env, local_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,10 +46,22 @@ def _write_grid(tmp_path: Path, sweep_file: Path, *extra: str) -> Path:
     return runs
 
 
-def test_dry_run_writes_every_paper_cell_and_each_trainer_command_is_the_builders(tmp_path, monkeypatch) -> None:
+def test_dry_run_writes_every_paper_cell_and_each_trainer_command_is_the_builders(
+    tmp_path, monkeypatch, capsys
+) -> None:
     home = tmp_path / "home"
     monkeypatch.setenv("REPRO_HOME", str(home))
     runs = _write_grid(tmp_path, ROOT / "sweeps" / "paper.yaml", "--account", "acct1", "--partition", "gpu")
+    # the checkpoint disk of the whole grid, once: per cell 12 saves (600 steps, a save every 50), the newest 2
+    # whole (16 bytes a param) and 10 as bf16 weights (2 bytes a param), 7 methods of each of the 4 backbones
+    from repro import catalog
+
+    params = sum(catalog.get_backbone(b).param_count for b in load_sweep(ROOT / "sweeps" / "paper.yaml").backbones)
+    whole, slim = 7 * params * 2 * 16, 7 * params * 10 * 2
+    out = capsys.readouterr().out
+    (line,) = [x for x in out.splitlines() if "checkpoints, whole sweep" in x]
+    assert f"28 GPU cell(s), {(whole + slim) / 1e12:.1f} TB on disk at most" in line, line
+    assert f"({whole / 1e12:.1f} TB in the cells' newest whole saves, {slim / 1e12:.1f} TB in their older" in line
     folder = runs / ".launch" / "dry-run"
     scripts = sorted(p for p in folder.glob("*.sbatch") if not p.name.endswith(".eval.sbatch"))
     sweep = load_sweep(ROOT / "sweeps" / "paper.yaml")
@@ -88,6 +101,8 @@ def test_dry_run_writes_every_paper_cell_and_each_trainer_command_is_the_builder
             val_file=str(home / "data" / f"{cell.backbone}-{cell.prompt_set}" / "val.parquet"),
             run_dir=run_dir,
             metrics_file=str(run_dir / "metrics" / PLACEHOLDER),
+            model_path=local_weights(catalog.get_backbone(cell.backbone).hf_id),  # the cached snapshot, if any
+            env=job_env(),  # offline nodes (repro.weights_cache)
         )
         assert words[5:] == shlex.split(shell_command(build_overrides(builder))), name
 

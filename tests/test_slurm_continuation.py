@@ -65,13 +65,17 @@ def test_the_script_asks_for_a_warning_requeues_and_bounds_its_allocations(tmp_p
     assert f"stop_file={run / STOP_REQUEST}" in text
     assert "    run &\ncell=$!" in text  # the cell in the background, so the traps run while it trains
     assert subprocess.run(["bash", "-n", str(cpu)]).returncode == 0
-    gpu = SimpleNamespace(nnodes=2, gpus_per_node=8)
+    gpu = SimpleNamespace(nnodes=2, gpus_per_node=8, overrides=[])  # a VerlRun's fields the script reads
     multi = _script(
         tmp_path, _plan(run, ["python", "-m", "repro.launch.attempt"], gpu), SlurmOptions(max_allocations=2)
     )
     text = multi.read_text()
     assert "#SBATCH --signal=B:USR1@900" in text and "max_allocations=2" in text
     assert text.index("trap request_stop USR1") < text.index("ray start --head")  # warned during Ray's start too
+    # every node's stack is checked before Ray starts: one srun task per node
+    check = next(line for line in text.splitlines() if "repro.node_check" in line)
+    assert check.startswith('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --overlap python -m')
+    assert text.index(check) < text.index("ray start --head")
     assert subprocess.run(["bash", "-n", str(multi)]).returncode == 0
     short = _script(tmp_path, _plan(run, ["python"], gpu), SlurmOptions(time="20:00"))
     assert "#SBATCH --signal=B:USR1@600" in short.read_text()  # a default margin stays under half the limit
@@ -392,3 +396,115 @@ def test_a_cell_longer_than_its_time_limit_continues_in_new_allocations_by_itsel
     last_b = json.loads((straight_dir / "metrics" / "attempt-001.jsonl").read_text().splitlines()[-1])
     untimed = {k: v for k, v in last_b["data"].items() if not k.startswith("timing_s/")}
     assert {k: last_a["data"][k] for k in untimed} == untimed
+
+
+# A stand-in for verl's trainer in the real allocations: verl 0.9.1's save layout (tests/verl_layout.py: FSDP
+# shards, optimizer, extra, data.pt, fp32 Hugging Face weights, the tracker file last), the plugin's
+# after-save retention as its checkpoint callback calls it (repro.verl_plugin.retention.retain), one metrics
+# line a step, and the stop at a step boundary that repro.verl_plugin.stop_trainer makes. It records which
+# saves were already slimmed when it started: what the attempt wrapper did before the trainer ran.
+VERL_LAYOUT_TRAINER = """
+import json, pathlib, sys, time
+sys.path.insert(0, {tests!r})
+from verl_layout import TRACKER, write_save
+from repro.launch.allocations import honour, stop_request
+from repro.rundir.slim import is_slimmed
+from repro.verl_plugin.retention import kept_from_overrides, retain
+
+run, metrics, total = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), int(sys.argv[3])
+ckpt = run / "checkpoints"
+seen = {{p.name: is_slimmed(p) for p in sorted(ckpt.glob("global_step_*"))}}
+(run / f"seen-{{metrics.stem}}.json").write_text(json.dumps(seen))
+start = int((ckpt / TRACKER).read_text()) if (ckpt / TRACKER).exists() else 0
+for step in range(start + 1, total + 1):
+    time.sleep(0.5)  # the step
+    write_save(ckpt, step)
+    for line in retain(ckpt, kept_from_overrides(sys.argv), f"after the save at step {{step}}"):
+        print(line, flush=True)
+    with open(metrics, "a") as out:
+        out.write(json.dumps({{"step": step, "data": {{"x": float(step)}}}}) + "\\n")
+    if stop_request(run) is not None:
+        honour(run, step, saved_now=False)
+        sys.exit(0)
+"""
+
+
+def test_the_next_allocation_slims_the_saves_the_last_one_left_and_keeps_every_saves_weights(
+    slurm_env, tmp_path
+) -> None:
+    """verl's save layout across two real Slurm allocations of one job, K=2. In the first, a `repro eval`
+    holds the run's eval lock, so the after-save retention leaves every save whole and says why; the job is
+    warned (USR1 to the batch script, as Slurm's --signal=B does before the time limit), the trainer stops
+    after its step, the script requeues. The second allocation's attempt wrapper slims the first's older saves
+    before the trainer starts; its trainer slims as it saves. At the end the newest 2 saves are whole and every
+    older one holds exactly the bf16 cast of its weights: evaluation finds all of them."""
+    from safetensors.torch import load_file
+    from verl_layout import RESUME_PARTS, weights
+
+    from repro.evaluation.runner import missing_weights, targets
+    from repro.evaluation.shards import eval_lock
+    from repro.launch.attempt import PLACEHOLDER
+    from repro.launch.eval_stage import kept_steps
+    from repro.rundir.slim import MARKER, tracker_step
+    from repro.verl_plugin.retention import KEPT_OVERRIDE
+
+    total = 8
+    run = RunDir.prepare(tmp_path / "runs" / "verl-layout", {"cell": "verl-layout"}, ["test"]).path
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(VERL_LAYOUT_TRAINER.format(tests=str(Path(__file__).parent)))
+    argv = [sys.executable, "-m", "repro.launch.attempt", str(run), "--", sys.executable, str(trainer), str(run)]
+    argv += [str(run / "metrics" / PLACEHOLDER), str(total), f"{KEPT_OVERRIDE}='2'"]
+    scheduler = SlurmScheduler(SlurmOptions(time="10", cpus_per_task=1, max_allocations=3), project_dir=ROOT)
+    ckpt = run / "checkpoints"
+    with eval_lock(run / "eval"):  # an evaluation of the run, live through the whole first allocation
+        job_id = scheduler.submit(_plan(run, argv), "s")["job_id"]
+        deadline = time.monotonic() + 180
+        while (tracker_step(ckpt) or 0) < 4:  # four saves of the first allocation
+            assert time.monotonic() < deadline, _show(job_id)
+            time.sleep(0.1)
+        warn = subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], capture_output=True, text=True)
+        assert warn.returncode == 0, warn.stderr
+        while not (attempts := RunDir(run).status().get("attempts", [])) or "ended" not in attempts[0]:
+            assert time.monotonic() < deadline, _show(job_id)
+            time.sleep(0.1)
+    released = datetime.now(UTC).isoformat()
+    first = attempts[0]
+    stopped = first["last_logged_step"]
+    assert first["state"] == "interrupted" and stopped >= 4, first
+    assert all(not (ckpt / f"global_step_{s}" / MARKER).exists() for s in range(1, stopped + 1))  # all whole
+    deadline = time.monotonic() + 180
+    while RunDir(run).status()["state"] != "finished":
+        assert time.monotonic() < deadline, _show(job_id)
+        time.sleep(0.2)
+    attempts = RunDir(run).status()["attempts"]
+    out = (run / "slurm" / f"slurm-{job_id}.out").read_text()
+    assert [a["state"] for a in attempts] == ["interrupted", "finished"], out[-3000:]
+    assert attempts[1]["resumed_from_step"] == stopped and attempts[1]["started"] > released
+    assert "requeueing job" in out and "not slimmed after the save at step 3: a repro eval" in out, out[-3000:]
+    # the second allocation slimmed the first's older saves before its trainer started, never the newest 2
+    seen = json.loads((run / "seen-attempt-002.json").read_text())
+    assert seen == {f"global_step_{s}": s <= stopped - 2 for s in range(1, stopped + 1)}, seen
+    for step in range(1, stopped - 1):
+        assert f"global_step_{step} slimmed at the start of attempt 2" in out, out[-3000:]
+    # the end: the newest 2 saves whole, every other one its weights alone, in bf16, equal to torch's cast
+    assert kept_steps(run) == list(range(1, total + 1))
+    before = after = 0
+    for step in range(1, total + 1):
+        save = ckpt / f"global_step_{step}"
+        hf = load_file(save / "actor" / "huggingface" / "model.safetensors")
+        if step > total - 2:
+            assert all((save / part).is_file() for part in RESUME_PARTS) and not (save / MARKER).exists()
+            assert {t.dtype for t in hf.values()} == {torch.float32, torch.int64}
+            continue
+        marker = json.loads((save / MARKER).read_text())
+        before, after = before + marker["bytes_before"], after + marker["bytes_after"]
+        assert sorted(p.name for p in save.iterdir()) == ["actor", MARKER]
+        for name, tensor in weights(step).items():
+            want = tensor.to(torch.bfloat16) if tensor.dtype == torch.float32 else tensor
+            assert torch.equal(hf[name], want), (step, name)
+    found = targets(run, checkpoints="all")
+    assert [t.step for t in found] == list(range(1, total + 1))
+    assert all(missing_weights(Path(t.model_path)) is None for t in found)
+    print(f"\n{total - 2} slimmed saves: {before} -> {after} bytes\n" + "\n".join(
+        line for line in out.splitlines() if line.startswith("repro:")
+    ))  # fmt: skip

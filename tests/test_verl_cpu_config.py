@@ -100,3 +100,23 @@ def test_a_sweep_file_chooses_the_verl_engine_for_cpu_cells(tmp_path, monkeypatc
     bad.write_text("backbones: [tiny-arith]\nmethods: [grpo-n4]\nprompt_sets: [standard]\nengine: vllm\n")
     with pytest.raises(ReproError, match="engine must be one of local, verl"):
         load_sweep(bad)
+
+
+@pytest.mark.parametrize("gpu_backbone", ["qwen2.5-math-7b", "qwen2.5-math-1.5b"])
+def test_a_gpu_cell_and_its_cpu_rehearsal_resolve_the_same_fsdp_strategy(gpu_backbone) -> None:
+    """The rehearsal covers the GPU cells' engine and checkpoint path only if both run the same FSDP: verl's
+    default `fsdp` is FSDP1 (workers/engine/fsdp/transformer_impl.py), the CPU engine FSDP2."""
+    gpu = compose_and_validate(
+        build_overrides(
+            VerlCell(gpu_backbone, "seq-balance", "standard", 0, train_file="t.parquet", val_file="v.parquet")
+        )
+    )
+    cpu = compose_and_validate(
+        build_overrides(
+            VerlCell("tiny-arith", "seq-balance", "standard", 0, train_file="t.parquet", val_file="v.parquet")
+        )
+    )
+    for cfg in (gpu, cpu):
+        assert cfg.actor_rollout_ref.actor.strategy == "fsdp2"
+        assert cfg.actor_rollout_ref.ref.strategy == "fsdp2"
+    assert catalog.hyperparameters()["fsdp_strategy"].value == "fsdp2"

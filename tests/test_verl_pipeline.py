@@ -25,7 +25,10 @@ from verl_sweep import METHODS, STEPS
 
 BENCHMARKS = {"tiny-math500": 100, "tiny-aime": 46}  # problems per tier
 K = 2
-KEPT = [STEPS - 1, STEPS]  # save_freq 1 (repro/catalog/cpu_resources.yaml), 2 kept (hyperparameters.yaml)
+# save_freq 1 (repro/catalog/cpu_resources.yaml): a save every step, each keeping its Hugging Face weights; the
+# newest 2 whole (hyperparameters.yaml checkpoints_kept), the older ones slimmed to bf16 weights by the plugin
+KEPT = list(range(1, STEPS + 1))
+WHOLE = [STEPS - 1, STEPS]
 CLI = [sys.executable, "-m", "repro.cli"]
 
 
@@ -50,7 +53,7 @@ def env(tiny_home) -> dict:
 
 
 def test_sweep_then_eval_every_kept_checkpoint_collect_table_and_plot(verl_sweep, env, tmp_path):
-    # --- repro sweep run: both cells trained to the end by verl's trainer, each keeping two HF checkpoints
+    # --- repro sweep run: both cells trained to the end by verl's trainer, each keeping every save's HF weights
     for method in METHODS:
         line = next(x for x in verl_sweep.stdout.splitlines() if f"tiny-arith__{method}__standard__s0" in x)
         assert "finished" in line, verl_sweep.stdout
@@ -64,10 +67,22 @@ def test_sweep_then_eval_every_kept_checkpoint_collect_table_and_plot(verl_sweep
             (run / "checkpoints" / f"global_step_{STEPS}" / "actor" / "huggingface" / "config.json").read_text()
         )
         assert hf["dtype"] == "bfloat16"  # verl's hf_model save (fsdp_checkpoint_manager.py) writes bf16 here
-        # verl dropped global_step_1's actor/ when it wrote global_step_3, and left its data.pt behind
+        # verl kept every save; the plugin's checkpoint callback slimmed global_step_1 after the save at step 3:
+        # its weights alone, in bf16, what evaluation reads; the newest two whole, for a resume
+        from repro.rundir.slim import MARKER, read_header
+
         for folder in (run / "checkpoints").glob("global_step_*"):
-            if int(folder.name.removeprefix("global_step_")) not in KEPT:
-                assert not (folder / "actor").exists(), folder
+            hf = folder / "actor" / "huggingface" / "model.safetensors"
+            dtypes = {v["dtype"] for k, v in read_header(hf)[0].items() if k != "__metadata__"}
+            if int(folder.name.removeprefix("global_step_")) in WHOLE:
+                assert not (folder / MARKER).exists() and (folder / "data.pt").is_file(), folder
+                assert any((folder / "actor").glob("optim_world_size_*.pt")) and dtypes == {"F32"}, folder
+            else:
+                assert json.loads((folder / MARKER).read_text())["state"] == "slimmed", folder
+                assert sorted(p.name for p in folder.iterdir()) == ["actor", MARKER], folder
+                assert dtypes == {"BF16"}, folder
+        log = "".join((verl_sweep.root / ".launch" / f"{run.name}{ext}").read_text() for ext in (".out", ".err"))
+        assert "checkpoints: global_step_1 slimmed after the save at step 3" in log, log[-3000:]
 
     # --- the sweep's evaluation stage (`eval:` checkpoints all): `repro eval RUN --checkpoints all` right after
     # each cell trained, one summary per kept checkpoint, nothing for the dropped one

@@ -161,26 +161,43 @@ def test_checkpoint_folder_and_logger_path_are_absolute(tmp_path, monkeypatch) -
 # ------------------------------------------------------------------------- i. retention, disk estimate
 
 
-def test_checkpoints_keep_only_the_last_saves_and_the_disk_estimate_counts_them() -> None:
+def test_verl_keeps_every_save_and_the_disk_estimate_counts_k_whole_and_the_rest_in_bf16() -> None:
     from repro.verl_plugin.preflight import checkpoint_disk
+    from repro.verl_plugin.retention import KEPT_ENV, kept_from_config
 
     kept = catalog.hyperparameters()["checkpoints_kept"].value
     assert kept == 2
-    cfg = compose(build_overrides(cell()))
-    assert cfg.trainer.max_actor_ckpt_to_keep == kept and cfg.trainer.max_critic_ckpt_to_keep == kept
+    cfg = compose_and_validate(build_overrides(cell()))
+    # verl keeps every save (its limit would delete whole actor folders of its own process only); the plugin's
+    # K reaches the checkpoint callback through the Ray runtime env
+    assert cfg.trainer.max_actor_ckpt_to_keep is None and cfg.trainer.max_critic_ckpt_to_keep is None
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars[KEPT_ENV] == "2" and kept_from_config(cfg) == kept
     # hf_model: every kept save is a Hugging Face folder that repro eval and vLLM load as it is
     assert list(cfg.actor_rollout_ref.actor.checkpoint.save_contents) == ["model", "optimizer", "extra", "hf_model"]
-    assert catalog.get_backbone("qwen2.5-math-7b").param_count == 7_615_616_512
-    disk = checkpoint_disk(cfg, catalog.get_backbone("qwen2.5-math-7b").param_count)
+    params = catalog.get_backbone("qwen2.5-math-7b").param_count
+    assert params == 7_615_616_512
+    disk = checkpoint_disk(cfg, params)
     # fp32 weights (verl's model_dtype) + AdamW's two fp32 moments + the fp32 hf_model copy verl writes
     assert disk.bytes_per_param == 16
-    assert disk.per_save == 7_615_616_512 * 16
+    assert disk.per_save == params * 16
+    # 600 steps, a save every 50: the newest 2 whole, the other 10 as their bf16 weights (2 bytes a param)
+    assert (disk.saves, disk.kept, disk.slimmed, disk.per_slim) == (12, 2, 10, params * 2)
+    assert disk.total == 2 * params * 16 + 10 * params * 2
+    line = disk.line()
+    assert "121.8 GB per save; 12 saves: the newest 2 whole (REPRO_CHECKPOINTS_KEPT=2, across allocations)" in line
+    assert "the other 10 slimmed to their bf16 Hugging Face weights (2 bytes a param = 15.2 GB each" in line
+    assert "= 396.0 GB on disk at most" in line
     without_hf = {"actor_rollout_ref.actor.checkpoint.save_contents": ["model", "optimizer", "extra"]}
-    no_hf = compose(build_overrides(cell(overrides=without_hf)))
-    assert checkpoint_disk(no_hf, 7_615_616_512).bytes_per_param == 12
-    assert (disk.saves, disk.kept) == (12, 2) and disk.total == 2 * disk.per_save
-    every = compose(build_overrides(cell(overrides={"trainer.max_actor_ckpt_to_keep": None})))
-    assert checkpoint_disk(every, 7_615_616_512).total == 12 * disk.per_save
+    no_hf = checkpoint_disk(compose(build_overrides(cell(overrides=without_hf))), params)
+    # nothing to slim to: an older save's FSDP shards are its only weights, so it stays whole
+    assert no_hf.bytes_per_param == 12 and no_hf.total == 12 * params * 12 and "left whole" in no_hf.line()
+    # a user's verl limit deletes the older saves' weights too: the line says so
+    limited = checkpoint_disk(compose(build_overrides(cell(overrides={"trainer.max_actor_ckpt_to_keep": 3}))), params)
+    assert "trainer.max_actor_ckpt_to_keep=3 also has verl delete" in limited.line()
+    # a config without the plugin's K: what verl's own limit keeps, as verl alone would
+    verl_only = {f"+ray_kwargs.ray_init.runtime_env.env_vars.{KEPT_ENV}": None, "trainer.max_actor_ckpt_to_keep": 2}
+    alone = checkpoint_disk(compose(build_overrides(cell(overrides=verl_only))), params)
+    assert (alone.kept, alone.slimmed, alone.total) == (2, 0, 2 * disk.per_save)
     for key, backbone in catalog.backbones().items():
         if backbone.weights_from_user:  # a model the catalog does not know: no estimate, and none invented
             assert backbone.param_count is None, key
@@ -252,7 +269,7 @@ def test_preflight_reports_data_gpus_disk_and_the_rehearsal(tmp_path, monkeypatc
     text = "\n".join(report.lines())
     assert "5,000 prompts" in text and "600 steps x 512" in text and "67 epochs" in text
     assert "1 node x 8 GPUs" in text and "no CUDA" in text
-    assert "121.8 GB per save" in text and "243.7 GB" in text
+    assert "121.8 GB per save" in text and "396.0 GB on disk at most" in text
     assert "vLLM max_model_len: 3072 (set explicitly)" in text and "4096 positions" in text and not report.problems
     assert report.rehearsal in text
 

@@ -27,6 +27,7 @@ __all__ = [
     "Benchmark",
     "CatalogError",
     "Checkpoint",
+    "GpuNode",
     "Method",
     "PromptSet",
     "PromptTemplate",
@@ -41,6 +42,7 @@ __all__ = [
     "get_checkpoint",
     "get_method",
     "get_prompt_set",
+    "gpu_node",
     "hyperparameters",
     "methods",
     "prompt_sets",
@@ -367,6 +369,28 @@ def cpu_resources(backbone: str) -> tuple[dict[str, Setting], dict[str, Setting]
     return dict(resources), dict(overrides)
 
 
+@dataclass(frozen=True)
+class GpuNode:
+    """What a GPU node needs and how long a cell's allocation end takes (gpu_node.yaml)."""
+
+    cuda_drivers: Mapping[str, Setting]  # CUDA major -> the oldest driver that runs it
+    write_mb_per_s: Setting
+    signal_slack_s: Setting
+    barrier_factor: Setting
+    step_s: Mapping[str, Setting]  # GPU backbone -> its slowest step
+
+    def step_for(self, backbone: str) -> Setting:
+        if backbone not in self.step_s:
+            raise unknown_name("GPU backbone", backbone, self.step_s)
+        return self.step_s[backbone]
+
+
+def gpu_node() -> GpuNode:
+    """The driver table, the write speed and the per-backbone step times behind the stack check and the
+    Slurm stop margin (gpu_node.yaml)."""
+    return _gpu_node()
+
+
 def cpu_scaling(backbone: str) -> dict[str, Setting]:
     """The paper's training settings a CPU backbone's rehearsal changes, with the reasons (cpu_scaling.yaml)."""
     table = _cpu_scaling()
@@ -582,6 +606,28 @@ def _cpu_resources() -> Mapping[str, tuple[Settings, Settings]]:
             raise CatalogError(f"{where}.resources: must have the keys of gpu_resources.yaml {sorted(gpu_keys)}")
         out[name] = (resources, _settings(_mapping(entry["overrides"], f"{where}.overrides"), f"{where}.overrides"))
     return MappingProxyType(out)
+
+
+@functools.cache
+def _gpu_node() -> GpuNode:
+    filename = "gpu_node.yaml"
+    data = _read(filename)
+    keys = {"cuda_drivers", "write_mb_per_s", "signal_slack_s", "barrier_factor", "step_s"}
+    if set(data) != keys:
+        raise CatalogError(f"{filename}: must hold exactly {sorted(keys)}, got {sorted(data)}")
+    drivers = _settings(_mapping(data["cuda_drivers"], f"{filename}: cuda_drivers"), f"{filename}: cuda_drivers")
+    for major, setting in drivers.items():
+        if not str(major).isdigit() or not re.fullmatch(r"\d+(\.\d+)*", str(setting.value)):
+            raise CatalogError(f"{filename}: cuda_drivers.{major}: a CUDA major and a dotted driver version")
+    steps = _settings(_mapping(data["step_s"], f"{filename}: step_s"), f"{filename}: step_s")
+    gpu = {k for k, b in _backbones().items() if b.device == "gpu"}
+    if set(steps) != gpu:
+        raise CatalogError(f"{filename}: step_s must list exactly the GPU backbones {sorted(gpu)}, got {sorted(steps)}")
+    scalars = {k: _setting(data[k], f"{filename}: {k}") for k in ("write_mb_per_s", "signal_slack_s", "barrier_factor")}
+    for name, setting in [*scalars.items(), *((f"step_s.{k}", v) for k, v in steps.items())]:
+        if not isinstance(setting.value, int | float) or isinstance(setting.value, bool) or setting.value <= 0:
+            raise CatalogError(f"{filename}: {name}: must be a positive number")
+    return GpuNode(cuda_drivers=drivers, step_s=steps, **scalars)
 
 
 @functools.cache

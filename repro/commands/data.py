@@ -160,7 +160,11 @@ def _model_identity(model: str, model_path: Path) -> str:
     """What names the sampled weights in the pass-count log: the built folder's versioned name for tiny-arith
     (a rebuilt model must not inherit the old one's counts), the Hub id or local path otherwise."""
     built = model == "tiny-arith" or catalog.get_backbone(model).build is not None
-    return model_path.name if built else str(model_path)
+    if built:
+        return model_path.name
+    from repro.weights_cache import source_of
+
+    return source_of(str(model_path))  # a cached snapshot is named by its Hub id, as before the cache was used
 
 
 def _model_path(model: str, backbone) -> Path:

@@ -102,6 +102,14 @@ def run(
             "trainer, staleness at most 2 steps (see --dry-run for each setting and its reason).",
         ),
     ] = False,
+    require_flash_attn: Annotated[
+        bool,
+        typer.Option(
+            "--require-flash-attn",
+            help="GPU cells: fail when the node cannot import flash-attn, instead of running with sdpa "
+            "(slower, same result; the default, said in the log, status.json and `repro status`).",
+        ),
+    ] = False,
     engine: Annotated[
         str | None,
         typer.Option(
@@ -171,6 +179,10 @@ def run(
         label = model_path_label(model, model_path) if model_path else model
         path = run_dir or runs_root / cell_name(label, method, prompt_set, seed)
         verl_sets = {**parse_sets(sets or []), **verl_size_sets(steps, batch)}
+        if require_flash_attn:
+            from repro.stack_check import require_flash_attn as required
+
+            verl_sets = required(verl_sets, [model])
         _run_verl(
             model,
             method,
@@ -280,10 +292,13 @@ def _run_verl(
     dry_run,
     model_path=None,
 ) -> None:
+    from functools import partial
+
     from repro.launch.attempt import run_attempt
     from repro.verl_plugin.config_builder import shell_command
 
-    spec = verl_run(
+    plan = partial(
+        verl_run,
         model,
         method,
         prompt_set,
@@ -296,6 +311,7 @@ def _run_verl(
         sets=sets,
         loggers=loggers,
     )
+    spec = plan()
     from repro.verl_plugin.preflight import verify_cell
 
     cfg, report = verify_cell(spec, model=model, method=method, prompt_set=prompt_set, sets=sets)
@@ -312,24 +328,42 @@ def _run_verl(
 
         typer.echo("\n".join(f"# {line}" for line in async_report(method, spec.overrides)))
         typer.echo("\n".join(["# preflight", *(f"#   {line}" for line in report.lines())]))
+        if catalog.get_backbone(model).device != "cpu":  # where the weights are, or what fetching them takes
+            from repro.weights_cache import model_path_of, report_lines
+
+            params = None if model_path else catalog.get_backbone(model).param_count  # the user's model: unknown
+            items = {"--model-path" if model_path else model: (model_path_of(spec.overrides) or "", params)}
+            typer.echo("\n".join(f"# {line}" for line in report_lines(items)))
         typer.echo("# resolved verl config (composed against verl's ppo_trainer, validate_config passed):")
         typer.echo(OmegaConf.to_yaml(cfg))
         return
-    import torch
-
     if catalog.get_backbone(model).device == "cpu":
         _prepare_cpu_inputs(model, build=model_path is None)
-    elif not torch.cuda.is_available():
-        raise ReproError(
-            f"{model} needs CUDA GPUs and none is visible here; use --dry-run to print the command, "
-            "or --model tiny-arith on a CPU"
-        )
+    elif report.needs is not None:  # this host is the node: its driver, CUDA and stack, before anything starts
+        from repro.stack_check import failures, run_checks
+
+        bad = failures(run_checks(report.needs, on_node=True))
+        if bad:
+            more = f" (and {len(bad) - 1} more: `--dry-run` lists them)" if len(bad) > 1 else ""
+            raise ReproError(
+                f"{model} cannot train on this host: {bad[0].detail}{more}; or --model tiny-arith on a CPU"
+            )
+    if catalog.get_backbone(model).device != "cpu":  # the weights into the cache the jobs read offline
+        from repro.weights_cache import fetch_all, model_path_of
+
+        if fetch_all([model_path_of(spec.overrides) or ""], lambda line: stderr_console().print(line)):
+            spec = plan()  # downloaded now: the cell points at the local snapshot, checked again
+            cfg, report = verify_cell(spec, model=model, method=method, prompt_set=prompt_set, sets=sets)
     fetch_hub_inputs(spec, model, lambda line: stderr_console().print(line))
     for needed in spec.data_files:
         if not needed.exists():
             raise ReproError(
                 f"{needed} does not exist; run `repro data filter --model {model}` or pass --train-file/--val-file"
             )
+    if not overwrite:  # a run recorded with its weights elsewhere keeps them (repro.weights_cache)
+        from repro.weights_cache import keep_recorded_spec
+
+        spec = keep_recorded_spec(path, spec, lambda line: stderr_console().print(line))
     rundir = RunDir.prepare(path, spec.config, ["repro", *sys.argv[1:]], overwrite=overwrite)
     code = run_attempt(rundir, spec.trainer_argv(sys.executable or "python"))
     if code:

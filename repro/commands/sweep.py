@@ -123,6 +123,14 @@ EvalOpt = Annotated[
         help="Run the sweep file's evaluation stage (`eval:`) after each cell's training (default: yes).",
     ),
 ]
+RequireFlashAttnOpt = Annotated[
+    bool,
+    typer.Option(
+        "--require-flash-attn",
+        help="GPU cells: fail a job whose node cannot import flash-attn, instead of running it with sdpa "
+        "(slower, same result; the default).",
+    ),
+]
 EvalCheckpointsOpt = Annotated[
     str | None,
     typer.Option(
@@ -151,6 +159,7 @@ class _Launch:
     ray_flags: dict
     evaluate: bool = True
     eval_checkpoints: str | None = None
+    require_flash_attn: bool = False
 
     @classmethod
     def from_options(cls, options: dict) -> _Launch:
@@ -182,6 +191,7 @@ class _Launch:
             ray_flags={"address": options["ray_address"], "python": options["python"]},
             evaluate=options.get("evaluate", True),
             eval_checkpoints=options.get("eval_checkpoints"),
+            require_flash_attn=options.get("require_flash_attn", False),
         )
 
 
@@ -215,6 +225,10 @@ def _load(args: _Launch, *, need_eval: bool = False):
         spec = dataclasses.replace(spec, checkpoints=raw.replace(" ", ""))
     if not args.evaluate:
         spec = None
+    if args.require_flash_attn:
+        from repro.stack_check import require_flash_attn
+
+        sweep = dataclasses.replace(sweep, overrides=require_flash_attn(sweep.overrides, sweep.backbones))
     return dataclasses.replace(sweep, eval=spec if isinstance(spec, EvalSpec) else None)
 
 
@@ -280,12 +294,20 @@ def _launch(args: _Launch, states: tuple[str, ...], train: bool = True) -> None:
 def _dry_run(args: _Launch, sweep, options) -> None:
     import shlex
 
-    from repro.launch.plan import plan_cell, verify_gpu_plans
+    from repro.launch.plan import plan_cell, stack_report, verify_gpu_plans
 
     console = stdout_console()
     root = args.runs_root.absolute()
     plans = [plan_cell(cell, sweep, root, options) for cell in sweep.cells()]
-    verify_gpu_plans(plans, sweep)
+    reports = verify_gpu_plans(plans, sweep)
+    stack = stack_report(reports)
+    if reports:  # the GPU cells' checkpoint disk, summed once for the whole sweep
+        from repro.verl_plugin.preflight import sweep_disk_line
+
+        stack.append(sweep_disk_line([report.disk for report in reports.values()]))
+    from repro.weights_cache import plans_report_lines
+
+    stack += plans_report_lines(plans)  # each backbone's weights once: where they are, or what fetching takes
     if args.launcher == "slurm":
         from repro.atomic import write_text
         from repro.launch.slurm import render_script
@@ -315,6 +337,8 @@ def _dry_run(args: _Launch, sweep, options) -> None:
                 written += 1
         what = "training and evaluation" if sweep.eval is not None else "training"
         console.print(f"wrote {written} sbatch scripts ({what}) to {folder} (nothing submitted)")
+        for line in stack:
+            console.print(f"# {line}", soft_wrap=True, highlight=False, markup=False)
         return
     from repro.launch.eval_stage import eval_argv
 
@@ -323,6 +347,8 @@ def _dry_run(args: _Launch, sweep, options) -> None:
         if sweep.eval is not None:
             then = " ".join(shlex.quote(a) for a in eval_argv(plan.run_dir, sweep.eval, plan.argv[0]))
             console.print(f"  then: {then}", soft_wrap=True, highlight=False)
+    for line in stack:
+        console.print(f"# {line}", soft_wrap=True, highlight=False, markup=False)
     console.print(f"# {len(plans)} cells; nothing launched")
 
 
@@ -340,6 +366,12 @@ def _launch_local(args: _Launch, sweep, options, states: tuple[str, ...], train:
             for c in cells
             if cell_state(args.runs_root / cell_name(c.backbone, c.method, c.prompt_set, c.seed)).state in states
         }
+    if train:  # GPU cells: each backbone's weights into the cache once, here, not by cells racing for them
+        from repro import catalog
+        from repro.weights_cache import fetch_all
+
+        gpu = [catalog.get_backbone(c.backbone) for c in cells if catalog.get_backbone(c.backbone).device != "cpu"]
+        fetch_all([b.hf_id or "" for b in gpu], lambda line: stderr_console().print(line))
     stderr_console().print(
         f"sweep {sweep.name}: {len(cells) if only is None else len(only)} cells, up to {parallel} at a time, "
         f"runs in {args.runs_root} (logs in {args.runs_root / LAUNCH_DIR})"
@@ -404,6 +436,7 @@ def run(
     python: PythonOpt = None,
     evaluate: EvalOpt = True,
     eval_checkpoints: EvalCheckpointsOpt = None,
+    require_flash_attn: RequireFlashAttnOpt = False,
 ) -> None:
     """Launch every cell of a sweep file that has not finished yet; print one line per cell.
 
@@ -578,7 +611,8 @@ def status(
         es = eval_state(path, spec, cs.state, ask_scheduler=ask_scheduler) if spec else _evaluated(path)
         eval_counts[es.state] = eval_counts.get(es.state, 0) + 1
         shown = es.state + (f" {100 * es.weighted:.1f}%" if es.weighted is not None else "")
-        reasons = [r for r in (cs.reason, f"eval: {es.reason}" if es.reason and es.state != "off" else "") if r]
+        notes = (cs.reason, _attention(path), f"eval: {es.reason}" if es.reason and es.state != "off" else "")
+        reasons = [r for r in notes if r]
         rows.append((name, cs, job, _lost(path), es, shown, "; ".join(reasons)))
     # the steps-lost and eval columns only where they say something, so the reason keeps its width
     show_lost = any(lost not in ("", "0") for _, _, _, lost, *_ in rows)
@@ -600,6 +634,21 @@ def status(
     console.print(", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
     if spec is not None:
         console.print("evaluation: " + ", ".join(f"{n} {state}" for state, n in sorted(eval_counts.items())))
+
+
+def _attention(path: Path) -> str:
+    """The attention the run's last attempt fell back to (no flash-attn on its node), as a status note."""
+    import json
+
+    try:
+        attempts = json.loads((path / "status.json").read_text()).get("attempts") or []
+    except (OSError, ValueError, AttributeError):
+        return ""
+    last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
+    used = last.get("attention")
+    if not isinstance(used, dict):
+        return ""
+    return f"attention: {used.get('used')} instead of {used.get('asked')} ({used.get('why', '')})"
 
 
 def _lost(path: Path) -> str:

@@ -86,8 +86,10 @@ def materialise(
     rows = (loader or load_hub_rows)(hub_id)
     candidates = flt.candidates_from_rows(rows, hub_id, template)
     if count_tokens is True:
+        from repro.weights_cache import local_weights
+
         hf_id = catalog.get_backbone(backbone).hf_id
-        count_tokens = flt.token_counter(hf_id) if hf_id else None
+        count_tokens = flt.token_counter(local_weights(hf_id)) if hf_id else None  # the cached tokenizer if any
     max_tokens = flt.max_prompt_tokens()
     kept, dropped = flt.drop_long(candidates, max_tokens, count_tokens or None)
     if not kept:

@@ -18,6 +18,7 @@ from repro.atomic import append_lines, drop_torn_tail, write_text
 from repro.errors import ReproError
 from repro.evaluation import benchmarks as bench
 from repro.evaluation.extract import check_mode, extract
+from repro.model_files import WEIGHT_FILES, missing_weights  # noqa: F401  re-exported: eval and its tests
 
 # A "model run folder" (<runs root>/<key>/) holds the evaluation of a model named from the catalog: this
 # marker file (kind, key, backbone, prompt set, weights) and eval/ (records + summary.json). `repro collect`
@@ -47,39 +48,15 @@ class EvalTarget:
 
 def _kept(folder: Path) -> bool:
     """False for a checkpoint verl dropped: its checkpoint manager deletes the actor/ folder of all but the
-    last `max_actor_ckpt_to_keep` and leaves global_step_<k>/data.pt (the dataloader state) behind."""
+    last `max_actor_ckpt_to_keep` and leaves global_step_<k>/data.pt (the dataloader state) behind. True for
+    a save the plugin slimmed (repro.rundir.slim): it keeps actor/huggingface, its weights in bf16."""
     return any((folder / name).exists() for name in ("model", "actor", "config.json"))
-
-
-WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-)
 
 
 def _checkpoint_model(folder: Path) -> Path | None:
     for candidate in (folder / "model", folder / "actor" / "huggingface", folder):
         if (candidate / "config.json").exists():
             return candidate
-    return None
-
-
-def missing_weights(model: Path) -> str | None:
-    """Why a local model folder cannot be loaded (no weight file, or a shard its index names is absent), or
-    None: transformers and vLLM would only say so with a traceback after the model was half set up."""
-    present = [name for name in WEIGHT_FILES if (model / name).is_file()]
-    if not present:
-        return f"holds no model weights ({', '.join(WEIGHT_FILES[::2])})"
-    for index in (name for name in present if name.endswith(".index.json")):
-        try:
-            shards = set(json.loads((model / index).read_text())["weight_map"].values())
-        except (ValueError, KeyError, TypeError):
-            return f"has an unreadable {index}"
-        absent = sorted(shard for shard in shards if not (model / shard).is_file())
-        if absent:
-            return f"lacks {len(absent)} weight shard(s) that {index} names ({absent[0]}, ...)"
     return None
 
 
@@ -153,8 +130,9 @@ def _run_backbone(path: Path, config: dict) -> str | None:
 def _named(name: str, runs_root: Path, out: Path | None, model_path: Path | None) -> EvalTarget | None:
     """A released checkpoint (catalog key or Hub id) or a base model (backbone key or Hub id), or None.
 
-    Weights come from `model_path` when given (a local copy: no Hub here), else from the Hub id; the
-    tiny-arith backbone has no Hub id and is built locally. Results go to <runs root>/<key>/eval.
+    Weights come from `model_path` when given (a local copy: no Hub here), else from the Hub id's snapshot in
+    the Hugging Face cache when it is there (repro.weights_cache; a node without the Hub), else the Hub id;
+    the tiny-arith backbone has no Hub id and is built locally. Results go to <runs root>/<key>/eval.
     """
     from repro import catalog
 
@@ -188,7 +166,11 @@ def _named(name: str, runs_root: Path, out: Path | None, model_path: Path | None
         from repro.local.weights import backbone_weights
 
         weights = backbone_weights(catalog.get_backbone(backbone))
-    marker["weights"] = str(weights)
+    marker["weights"] = str(weights)  # names the model: the Hub id, wherever its copy sits
+    if hub_id is not None and model_path is None:  # its cached snapshot, so a node without the Hub loads it
+        from repro.weights_cache import local_weights
+
+        weights = local_weights(hub_id)
     tiny = tiny_task(backbone)
     out_dir = out or Path(runs_root) / key / "eval"
     return EvalTarget(weights, out_dir, key, tiny, backbone, None if out is not None else marker)

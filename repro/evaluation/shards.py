@@ -162,6 +162,16 @@ def eval_lock(root: Path) -> Iterator[Path]:
         os.close(fd)  # releases the lock
 
 
+def eval_lock_holder(root: Path) -> str | None:
+    """The pid text of a live `repro eval` holding `<root>/.eval.lock`, or None; probed with a shared
+    non-blocking flock, so it neither waits nor takes the lock from an evaluation that starts a moment later
+    (checkpoint retention asks before it rewrites weights an evaluation may be reading)."""
+    from repro.rundir.lock import lock_text_if_held
+
+    text = lock_text_if_held(root / LOCK_NAME)
+    return None if text is None else (text or "unknown")
+
+
 def exit_with_parent() -> None:
     """In a child: exit when the parent dies (a SIGKILLed parent would otherwise leave its children
     appending to shard files that the next run folds and removes)."""

@@ -34,6 +34,8 @@ from repro.launch.allocations import (
     take_honoured,
 )
 from repro.rundir import RunDir
+from repro.stack_check import attention_fallback
+from repro.verl_plugin.retention import kept_from_overrides, retain
 
 PLACEHOLDER = "attempt-NNN.jsonl"
 LAUNCHER_ENV = "REPRO_LAUNCHER"
@@ -58,6 +60,14 @@ def run_attempt(rundir: RunDir, argv: Sequence[str]) -> int:
     take_honoured(rundir.path)  # a record no attempt collected (that attempt was killed) says nothing of this one
     latest = rundir.latest_checkpoint()  # what verl's resume_mode=auto loads: the tracker file's step
     final = [part.replace(PLACEHOLDER, metrics_path.name) for part in argv]
+    # the saves earlier allocations left: all but the newest K slimmed before the trainer starts
+    when = f"at the start of attempt {int(metrics_path.stem.removeprefix('attempt-'))}"
+    for line in retain(rundir.checkpoints_dir, kept_from_overrides(final), when):
+        print(line, flush=True)
+    final, attention = attention_fallback(final)  # no flash-attn on this node: sdpa, said, not a failed cell
+    if attention is not None:
+        used, asked = attention["used"], attention["asked"]
+        print(f"repro: attention {used} instead of {asked}: {attention['why']}", file=sys.stderr)
     stopped: list[int] = []
     proc: subprocess.Popen | None = None
 
@@ -68,7 +78,8 @@ def run_attempt(rundir: RunDir, argv: Sequence[str]) -> int:
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        rundir.set_attempt(command=final, resumed_from_step=latest[0] if latest else None)
+        extra = {"attention": attention} if attention else {}
+        rundir.set_attempt(command=final, resumed_from_step=latest[0] if latest else None, **extra)
         proc = subprocess.Popen(final)
         code = proc.wait()
     except BaseException as exc:

@@ -57,7 +57,8 @@ def eval_argv(run_dir: Path, spec: EvalSpec, python: str = "python") -> list[str
 
 
 def kept_steps(run_dir: Path) -> list[int]:
-    """The run's checkpoints that still hold a model (verl drops all but the last few)."""
+    """The run's checkpoints that still hold a model: every save of a verl cell (the older ones slimmed to
+    their bf16 weights, repro.rundir.slim), unless the user let verl drop all but its last few."""
     from repro.evaluation.runner import _kept
 
     folder = run_dir / "checkpoints"
@@ -261,6 +262,7 @@ def render_eval_script(
     that starts one shard per GPU (CUDA_VISIBLE_DEVICES from Slurm's allocation)."""
     from repro.launch.slurm import SLURM_DIR, _command_line, job_environment
     from repro.paths import repro_home
+    from repro.weights_cache import job_env
 
     python_bin = Path(python_bin or Path(sys.executable).parent)
     home = Path(home or repro_home()).absolute()
@@ -285,7 +287,7 @@ def render_eval_script(
         "# Submitted with --dependency=afterok:<the training job>: it starts once training has succeeded.",
         f"# An interrupted evaluation resumes from its records: resubmit with sbatch {run_dir / SLURM_DIR}/eval.sbatch",
         *(f"#SBATCH {opt}" for opt in sbatch),
-        *job_environment(project_dir, python_bin, home),
+        *job_environment(project_dir, python_bin, home, hub_env=job_env() if gpus else None),
     ]
     if not gpus:
         lines.append('export OMP_NUM_THREADS="$SLURM_CPUS_PER_TASK"')
@@ -344,6 +346,10 @@ def write_request(run_dir: Path, spec: EvalSpec, scheduler: Any, sweep_name: str
         "cpus": scheduler.cpu_cell_cpus,
         "home": str(Path(scheduler.home).absolute()) if scheduler.home else None,
     }
+    if gpus:  # the submitting machine's cache: the training job that submits the evaluation has no HF_HOME
+        from repro.weights_cache import job_env
+
+        request["hub_env"] = job_env()
     write_text(run_dir / EVAL_REQUEST, json.dumps(request, indent=2) + "\n")
 
 
@@ -364,16 +370,19 @@ def submit_ray_eval(
     sweep_name: str,
     project_dir: Path,
     home: Path | None = None,
+    hub_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     import re
 
     from repro.launch.ray_jobs import RayScheduler, _client
+    from repro.weights_cache import job_env
 
     n = len(job_records(run_dir, file=EVAL_JOBS)) + 1
     job_id = re.sub(r"[^A-Za-z0-9_.-]", "-", f"repro-eval-{name}-{n}-{now()}")
     entrypoint = " ".join(shlex.quote(a) for a in eval_argv(run_dir, spec, python))
     scheduler = RayScheduler(address=address, project_dir=project_dir, python=python, home=home)
-    runtime_env = scheduler.runtime_env(job_id, threads=None if gpus else cpus)
+    offline = (hub_env or job_env()) if gpus else None  # a GPU cell's evaluation reads the cache offline
+    runtime_env = scheduler.runtime_env(job_id, threads=None if gpus else cpus, hub_env=offline)
     try:
         _client(address).submit_job(
             entrypoint=entrypoint,
@@ -418,6 +427,7 @@ def ray_submit_from_request(run_dir: Path) -> int:
         sweep_name=request.get("sweep") or "",
         project_dir=Path.cwd(),
         home=Path(request["home"]) if request.get("home") else None,
+        hub_env=request.get("hub_env"),
     )
     record_eval_job(run_dir, record)
     print(f"{run_dir.name}: evaluation submitted as ray job {record['job_id']}")

@@ -124,20 +124,70 @@ def plan_cell(
     return CellPlan(cell, name, run_dir, spec.config, attempt_argv(run_dir, spec.trainer_argv(), python), spec)
 
 
-def verify_gpu_plans(plans: Sequence[CellPlan], sweep: Sweep) -> None:
+def verify_gpu_plans(plans: Sequence[CellPlan], sweep: Sweep, python: str | None = None) -> dict[str, Any]:
     """Every GPU cell of a sweep through `repro run`'s own checks (composition, typed `overrides:`, vLLM's
-    admission rules, the stack) before one is submitted: a typo in the sweep file is one line naming the cell
-    here, not 28 jobs failing on their nodes."""
+    admission rules) before one is submitted: a typo in the sweep file is one line naming the cell here, not 28
+    jobs failing on their nodes. Returns each GPU cell's preflight by name, whose stack check (of the
+    interpreter `python` the jobs will use) a submission requires and a dry run shows."""
     from repro.verl_plugin.preflight import verify_cell
 
+    reports: dict[str, Any] = {}
     for plan in plans:
         if plan.gpu is None:
             continue
         c = plan.cell
         try:
-            verify_cell(plan.gpu, model=c.backbone, method=c.method, prompt_set=c.prompt_set, sets=sweep.overrides)
+            _cfg, reports[plan.name] = verify_cell(
+                plan.gpu,
+                model=c.backbone,
+                method=c.method,
+                prompt_set=c.prompt_set,
+                sets=sweep.overrides,
+                python=python,
+            )
         except ReproError as exc:
             raise ReproError(f"{plan.name}: {exc}") from None
+    return reports
 
 
-__all__ = ["PLACEHOLDER", "CellPlan", "CpuOptions", "attempt_argv", "cpu_argv", "plan_cell", "verify_gpu_plans"]
+def stack_report(reports: dict[str, Any]) -> list[str]:
+    """The sweep's stack check in one block: a check whose line is the same for every GPU cell once, one that
+    differs (the disk, per backbone; the attention, per override) once per distinct line with its cells."""
+    if not reports:
+        return []
+    first = next(iter(reports.values()))
+    out = [f"stack check of the environment the jobs will use ({first.python}); each job repeats it on its node:"]
+    lines: dict[str, dict[str, list[str]]] = {}  # check name -> line -> cells
+    for name, report in reports.items():
+        for check in report.stack:
+            lines.setdefault(check.name, {}).setdefault(check.line(), []).append(name)
+    for by_line in lines.values():
+        for line, names in by_line.items():
+            shown = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
+            out.append(f"  {line}" + ("" if len(names) == len(reports) else f"  [{shown}]"))
+    bad = sum(1 for report in reports.values() if any(c.verdict == "fail" for c in report.stack))
+    if bad:
+        out.append(f"stack check failed for {bad} of {len(reports)} GPU cells: a submission stops here until it passes")
+    return out
+
+
+def require_stack(reports: dict[str, Any]) -> None:
+    """Stop a submission whose stack check failed for any cell: one line naming the cell and the first fix."""
+    for name, report in reports.items():
+        try:
+            report.require_stack()
+        except ReproError as exc:
+            raise ReproError(f"{name}: {exc}") from None
+
+
+__all__ = [
+    "PLACEHOLDER",
+    "CellPlan",
+    "CpuOptions",
+    "attempt_argv",
+    "cpu_argv",
+    "plan_cell",
+    "require_stack",
+    "stack_report",
+    "verify_gpu_plans",
+]

@@ -61,7 +61,13 @@ class RayScheduler:
     def check(self) -> None:
         _client(self.address)  # connects: a wrong address fails here, once
 
-    def runtime_env(self, job_id: str, threads: int | None = None) -> dict[str, Any]:
+    def runtime_env(
+        self, job_id: str, threads: int | None = None, hub_env: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """The job's runtime env; `hub_env` (repro.weights_cache.job_env) for a GPU cell's evaluation job. A GPU
+        training job gets those variables through verl's own `ray_init.runtime_env` (the cell's overrides)
+        instead: Ray refuses a driver's runtime env that names a variable the job's already sets
+        (ray/_private/worker.py, `_merge_runtime_env`), so they must not be in both."""
         env = {
             "working_dir": str(self.project_dir),
             "excludes": EXCLUDES,
@@ -74,6 +80,7 @@ class RayScheduler:
         }
         if threads is not None:
             env["env_vars"][THREADS_ENV] = str(threads)
+        env["env_vars"].update(hub_env or {})
         return env
 
     def submit(self, plan: CellPlan, sweep_name: str, then: str | None = None) -> dict[str, Any]:
@@ -84,6 +91,12 @@ class RayScheduler:
         n = len(job_records(plan.run_dir)) + 1
         job_id = re.sub(r"[^A-Za-z0-9_.-]", "-", f"repro-{plan.name}-{n}-{now()}")
         entrypoint = " ".join(shlex.quote(a) for a in [self.python, *plan.argv[1:]])
+        if plan.is_gpu:  # the driver's host: the stack, the attention, the disk (its GPUs are the workers')
+            from repro.node_check import node_check_argv
+
+            check = [self.python, *node_check_argv(plan.run_dir, plan.gpu.overrides, plan.gpu.gpus_per_node)[1:]]
+            check.append("--submission")
+            entrypoint = f"{' '.join(shlex.quote(a) for a in check)} && {entrypoint}"
         if then:
             entrypoint = f"{entrypoint} && {then}"
         # a CPU cell reserves its CPUs, so Ray queues cells rather than oversubscribing the cores;

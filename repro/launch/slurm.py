@@ -19,6 +19,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from repro.launch.jobs import JobState, now
 from repro.launch.plan import CellPlan
 from repro.launch.slurm_options import SlurmOptions, time_seconds
 from repro.paths import repro_home
+from repro.weights_cache import job_env
 
 SCRIPT_NAME = "job.sbatch"
 SLURM_DIR = "slurm"  # inside the run folder: the script and the jobs' output files
@@ -71,16 +73,22 @@ def ray_bootstrap(nnodes: int, gpus_per_node: int) -> list[str]:
     ]
 
 
-GPU_SIGNAL_MARGIN = 900  # a paper step (50-290 s) plus a 7B checkpoint save with optimizer states
+GPU_SIGNAL_MARGIN = 900  # a GPU plan without a catalog cell (its backbone's own margin is allocation_end's)
 CPU_SIGNAL_MARGIN = 60  # a tiny-arith step and its save take about a second
 
 
 def signal_margin(plan: CellPlan, options: SlurmOptions) -> int:
-    """Seconds before --time at which Slurm warns the script: the option, else the cell kind's default
-    (kept under half the time limit, so a short test allocation still trains before it is warned)."""
+    """Seconds before --time at which Slurm warns the script: the option, else the cell's own (a GPU cell's
+    slowest step plus its save, per backbone: repro.launch.allocation_end), kept under half the time limit so
+    a short test allocation still trains before it is warned."""
     if options.signal_margin is not None:
         return options.signal_margin
-    default = GPU_SIGNAL_MARGIN if plan.gpu else CPU_SIGNAL_MARGIN
+    if plan.gpu is not None and plan.cell is not None:
+        from repro.launch.allocation_end import from_overrides
+
+        default = from_overrides(plan.cell.backbone, plan.gpu.overrides).margin_s
+    else:
+        default = GPU_SIGNAL_MARGIN if plan.gpu else CPU_SIGNAL_MARGIN
     return max(1, min(default, time_seconds(options.time) // 2))
 
 
@@ -198,10 +206,12 @@ def render_script(
         f"# repro cell {plan.name} (sweep {sweep_name}), written by `repro sweep run --launcher slurm`.",
         f"# Resubmit by hand with: sbatch {plan.run_dir / SLURM_DIR / SCRIPT_NAME}",
         *(f"#SBATCH {opt}" for opt in sbatch),
-        *job_environment(project_dir, python_bin, home),
+        *job_environment(project_dir, python_bin, home, hub_env=job_env() if plan.gpu else None),
     ]
     if not plan.gpu:
         lines.append('export REPRO_TORCH_THREADS="$SLURM_CPUS_PER_TASK"  # torch uses what the job was given')
+    else:
+        lines += node_check_lines(plan, nnodes)
     lines += continuation_lines(plan.run_dir, options.max_allocations, signal_margin(plan, options))
     if nnodes > 1:
         lines += ray_bootstrap(nnodes, gpus)
@@ -214,10 +224,29 @@ def render_script(
     return "\n".join(lines)
 
 
-def job_environment(project_dir: str | os.PathLike[str], python_bin: Path, home: Path) -> list[str]:
-    """The lines every repro job script starts with (training and evaluation alike): this checkout, its
-    interpreter first on PATH, $REPRO_HOME, and the launcher and job id its attempts record."""
+def node_check_lines(plan: CellPlan, nnodes: int) -> list[str]:
+    """Bash lines that run the stack check on every node of the allocation before Ray or verl start: a node
+    whose driver, CUDA, stack or disk cannot run the cell fails the job in seconds, with one line naming
+    the problem and the fix, instead of at actor start (or never, as Ray schedules GPU workers anyway)."""
+    from repro.node_check import node_check_argv
+
+    assert plan.gpu is not None
+    check = " ".join(_q(a) for a in node_check_argv(plan.run_dir, plan.gpu.overrides, plan.gpu.gpus_per_node))
+    if nnodes > 1:
+        check = f'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --overlap {check}'
     return [
+        "# the node's stack: NVIDIA driver vs torch's CUDA, CUDA devices, vLLM/torch/transformers, attention, disk",
+        check,
+    ]
+
+
+def job_environment(
+    project_dir: str | os.PathLike[str], python_bin: Path, home: Path, hub_env: Mapping[str, str] | None = None
+) -> list[str]:
+    """The lines every repro job script starts with (training and evaluation alike): this checkout, its
+    interpreter first on PATH, $REPRO_HOME, and the launcher and job id its attempts record; for a GPU cell
+    `hub_env` (repro.weights_cache.job_env): the node reads weights and data sets offline from the shared cache."""
+    lines = [
         "set -euo pipefail",
         f"cd {_q(project_dir)}",
         f'export PATH={_q(python_bin)}:"$PATH"',
@@ -226,6 +255,10 @@ def job_environment(project_dir: str | os.PathLike[str], python_bin: Path, home:
         'export REPRO_JOB_ID="$SLURM_JOB_ID"',
         "export PYTHONUNBUFFERED=1",
     ]
+    if hub_env:
+        lines.append("# the node never asks the Hugging Face Hub: what it needs was cached at submission")
+        lines += [f"export {name}={_q(value)}" for name, value in hub_env.items()]
+    return lines
 
 
 def script_path(plan: CellPlan) -> Path:

@@ -19,10 +19,11 @@ from repro.cell_config import fetch_hub_inputs
 from repro.errors import ReproError
 from repro.launch.jobs import Scheduler, record_job
 from repro.launch.local import claim_cell
-from repro.launch.plan import CellPlan, CpuOptions, plan_cell, verify_gpu_plans
+from repro.launch.plan import CellPlan, CpuOptions, plan_cell, require_stack, verify_gpu_plans
 from repro.launch.state import CellState, cell_state
 from repro.rundir import RunDir
 from repro.sweep import Sweep
+from repro.weights_cache import fetch_all, fetch_benchmarks, keep_recorded_plan, model_path_of
 
 LAUNCHABLE = ("pending", "failed", "interrupted", "cancelled")
 
@@ -54,10 +55,11 @@ class SubmitReport:
         return [c for c in self.cells if c.state in ("failed", "unknown")]
 
 
-def _submit_one(plan: CellPlan, scheduler: Scheduler, sweep: Sweep) -> dict:
+def _submit_one(plan: CellPlan, scheduler: Scheduler, sweep: Sweep, say: Callable[[str], None] = print) -> dict:
     """Prepare the run folder (the job's own `repro run` then resumes it), submit, record the job."""
     if plan.gpu is not None:  # released sets by Hub id: fetched here, where the network is
         fetch_hub_inputs(plan.gpu, plan.cell.backbone)
+        plan = keep_recorded_plan(plan, say)  # a run recorded with its weights elsewhere keeps them (and says so)
     RunDir.prepare(plan.run_dir, plan.config, ["repro", "sweep", "run", sweep.name, f"--launcher={scheduler.name}"])
     if sweep.eval is not None and scheduler.name == "ray":  # the training job submits its own evaluation
         from repro.launch.eval_stage import ray_chain, write_request
@@ -147,6 +149,7 @@ def submit_sweep(
     poll: float = 15.0,
     timeout: float | None = None,
     on_event: Callable[[str], None] = lambda _line: None,
+    check_stack: bool = True,
 ) -> SubmitReport:
     """Submit every cell whose state is in `states`; with `wait`, return only when no cell is queued or
     running, each cell submitted at most 1 + `retries` times by this call. A sweep with `eval:` also gets
@@ -154,9 +157,18 @@ def submit_sweep(
     if max_parallel is not None and max_parallel < 1:
         raise ReproError(f"--max-parallel must be at least 1, got {max_parallel}")
     root = Path(runs_root).absolute()
-    root.mkdir(parents=True, exist_ok=True)
     plans = [plan_cell(cell, sweep, root, options) for cell in sweep.cells()]
-    verify_gpu_plans(plans, sweep)
+    python_bin = getattr(scheduler, "python_bin", None)  # the interpreter the jobs run (default: this one)
+    preflights = verify_gpu_plans(plans, sweep, python=str(Path(python_bin) / "python") if python_bin else None)
+    if check_stack and train:  # nothing is submitted into an environment that would fail every job on its node
+        require_stack(preflights)
+    gpu = [p.gpu for p in plans if p.gpu is not None]  # the nodes may have no Hub: their inputs are cached here
+    if train and fetch_all([model_path_of(spec.overrides) or "" for spec in gpu], on_event):
+        plans = [plan_cell(cell, sweep, root, options) for cell in sweep.cells()]  # on the local snapshots
+        verify_gpu_plans(plans, sweep, python=str(Path(python_bin) / "python") if python_bin else None)
+    if gpu and sweep.eval is not None:
+        fetch_benchmarks(sweep.eval, on_event)
+    root.mkdir(parents=True, exist_ok=True)
     reports = {p.name: CellReport(p.name, "pending") for p in plans}
     deadline = None if timeout is None else time.monotonic() + timeout
     first = True
@@ -197,7 +209,7 @@ def submit_sweep(
                     report.state, report.reason, report.action = again.state, again.reason, "left alone"
                     continue
                 try:
-                    record = _submit_one(plan, scheduler, sweep)
+                    record = _submit_one(plan, scheduler, sweep, on_event)
                 except ReproError as exc:
                     report.state, report.reason, report.action = "failed", str(exc), "submission failed"
                     report.submissions = retries + 1  # a refused submission is not retried

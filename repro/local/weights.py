@@ -38,9 +38,12 @@ def ensure_built(backbone: catalog.Backbone) -> Path:
 
 
 def backbone_weights(backbone: catalog.Backbone) -> Path | str:
-    """A Hub id for the paper's backbones; a local folder (built now if absent) for the CPU ones."""
+    """For the paper's backbones their snapshot in the Hugging Face cache when it is there (a node without the
+    Hub loads it; repro.weights_cache), else the Hub id; a local folder (built now if absent) for the CPU ones."""
     if backbone.hf_id is not None:
-        return backbone.hf_id
+        from repro.weights_cache import local_weights
+
+        return local_weights(backbone.hf_id)
     if backbone.build is not None:
         return ensure_built(backbone)
     from repro.local.model import ensure_tiny_model

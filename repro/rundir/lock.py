@@ -17,6 +17,24 @@ from repro.rundir.layout import RunLayout
 _LOCK_RETRY_S = 0.3  # a concurrent `state` probe holds a shared lock for microseconds; don't call that "running"
 
 
+def lock_text_if_held(path: str | os.PathLike[str]) -> str | None:
+    """The text in a lock file whose flock a live process holds ("" if it wrote none), or None when nobody
+    holds it. Probed with a shared non-blocking flock: it never waits, and two probes never see each other."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(fd, 32, 0).decode(errors="replace").strip()
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 class RunLock(RunLayout):
     """Taking, probing and dropping run.lock; the open lock fd lives on this object."""
 
@@ -33,26 +51,16 @@ class RunLock(RunLayout):
 
         Probes with a shared lock so that two readers probing at once never see each other as a live run.
         """
-        try:
-            fd = os.open(self._lock_path, os.O_RDONLY)
-        except FileNotFoundError:
+        text = lock_text_if_held(self._lock_path)
+        if text is None:
             return None
+        if text.isdigit():
+            return int(text)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-                if text.isdigit():
-                    return int(text)
-                try:
-                    attempts = self.status().get("attempts") or [{}]
-                    return int(attempts[-1].get("pid") or 0)  # 0: held, holder unknown
-                except (ReproError, AttributeError, TypeError, ValueError):
-                    return 0
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return None
-        finally:
-            os.close(fd)
+            attempts = self.status().get("attempts") or [{}]
+            return int(attempts[-1].get("pid") or 0)  # 0: held, holder unknown
+        except (ReproError, AttributeError, TypeError, ValueError):
+            return 0
 
     def _lock(self) -> None:
         """Take run.lock exclusively and write our pid into it, or refuse: the run is live elsewhere."""

@@ -23,8 +23,10 @@ from typing import Any
 
 from repro import catalog
 from repro.errors import ReproError
+from repro.launch.allocation_end import BARRIER_FLOOR_S, DIST_TIMEOUT_ENV
 from repro.loggers import TENSORBOARD_ENV, TENSORBOARD_FOLDER, parse_loggers
 from repro.rundir import cell_name
+from repro.verl_plugin.retention import KEPT_ENV
 
 ADV_ESTIMATOR = "reinforce_ada"
 MANAGER_CLASS = "repro.verl_plugin.rollout.ReinforceAdaAgentLoopManager"
@@ -57,6 +59,7 @@ class VerlCell:
     model_path: str = ""  # a CPU backbone's local model folder, or the user's `--model-path` (else the Hub id)
     label: str = ""  # the cell's backbone field when the weights are not the backbone's own (`--model-path`)
     loggers: tuple[str, ...] = ()  # repro.loggers names; console and file are always in trainer.logger
+    env: dict[str, str] = field(default_factory=dict)  # for verl's Ray workers: a GPU cell's offline Hub cache
 
     @property
     def name(self) -> str:
@@ -279,6 +282,9 @@ def build_overrides(cell: VerlCell) -> list[str]:
         "actor_rollout_ref.actor.loss_agg_mode": _hp("loss_agg_mode", p, cell.backbone),
         "actor_rollout_ref.actor.entropy_coeff": _hp("entropy_coeff", p, cell.backbone),
         "actor_rollout_ref.actor.use_kl_loss": _hp("use_kl_loss", p, cell.backbone),
+        # every cell, GPU or CPU, on the engine the CPU rehearsal runs (catalog: fsdp_strategy)
+        "actor_rollout_ref.actor.strategy": _hp("fsdp_strategy", p, cell.backbone),
+        "actor_rollout_ref.ref.strategy": _hp("fsdp_strategy", p, cell.backbone),
         "actor_rollout_ref.actor.fsdp_config.param_offload": res["actor.fsdp_config.param_offload"],
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload": res["actor.fsdp_config.optimizer_offload"],
         "actor_rollout_ref.rollout.name": "vllm",
@@ -297,9 +303,11 @@ def build_overrides(cell: VerlCell) -> list[str]:
         "trainer.total_training_steps": _hp("total_training_steps", p, cell.backbone),
         "trainer.total_epochs": None,  # from the training-set size, once the user's overrides are in (below)
         "trainer.save_freq": _hp("eval_every_steps", p, cell.backbone),
-        # verl keeps only the last K actor saves (fp32 weights + AdamW states: 12 bytes a parameter each)
-        "trainer.max_actor_ckpt_to_keep": _hp("checkpoints_kept", p, cell.backbone),
-        "trainer.max_critic_ckpt_to_keep": _hp("checkpoints_kept", p, cell.backbone),
+        # verl keeps every save (null); the plugin keeps the newest K whole, across allocations, and slims
+        # the older ones to their bf16 Hugging Face weights (repro.verl_plugin.retention)
+        "trainer.max_actor_ckpt_to_keep": None,
+        "trainer.max_critic_ckpt_to_keep": None,
+        f"+ray_kwargs.{ENV_VARS_KEY}{KEPT_ENV}": _hp("checkpoints_kept", p, cell.backbone),
         "actor_rollout_ref.actor.checkpoint.save_contents": _hp("checkpoint_save_contents", p, cell.backbone),
         "trainer.test_freq": -1,
         "trainer.val_before_train": False,
@@ -319,6 +327,8 @@ def build_overrides(cell: VerlCell) -> list[str]:
     if "tensorboard" in loggers:  # verl's _TensorboardAdapter reads it in the trainer process
         tensorboard = os.path.abspath(Path(cell.run_dir) / TENSORBOARD_FOLDER)
         o[f"+ray_kwargs.{ENV_VARS_KEY}{TENSORBOARD_ENV}"] = tensorboard
+    for name, value in cell.env.items():  # every Ray worker reads the weights offline (repro.weights_cache)
+        o[f"+ray_kwargs.{ENV_VARS_KEY}{name}"] = value
     max_pos = res.get("model.override_config.max_position_embeddings")
     if max_pos:
         o["+actor_rollout_ref.model.override_config.max_position_embeddings"] = max_pos
@@ -368,8 +378,21 @@ def build_overrides(cell: VerlCell) -> list[str]:
         o["trainer.total_epochs"] = epochs
         if epochs is None:  # total_training_steps=null: verl trains by its own epoch count
             del o["trainer.total_epochs"]
+    # the FSDP workers' process group waits this long at the save's barrier (repro.verl_plugin.dist_timeout)
+    timeout_key = f"+ray_kwargs.{ENV_VARS_KEY}{DIST_TIMEOUT_ENV}"
+    if not any(k.lstrip("+") == timeout_key.lstrip("+") for k in o):
+        o[timeout_key] = BARRIER_FLOOR_S if cpu else _barrier_timeout(cell.backbone, o)
     # Ray takes runtime-env variables as strings only: `...env_vars.X=1` must reach it as '1'
     return [f"{k}={_fmt(str(v) if ENV_VARS_KEY in k else v)}" for k, v in o.items()]
+
+
+def _barrier_timeout(backbone: str, o: dict[str, Any]) -> int:
+    """The save barrier's timeout of a GPU cell, from what it saves over how many ranks."""
+    from repro.launch.allocation_end import allocation_end
+
+    contents = o.get("actor_rollout_ref.actor.checkpoint.save_contents") or []
+    ranks = int(o.get("trainer.nnodes") or 1) * int(o.get("trainer.n_gpus_per_node") or 1)
+    return allocation_end(backbone, [str(c) for c in contents], ranks).barrier_timeout_s
 
 
 def command(overrides: list[str]) -> list[str]:

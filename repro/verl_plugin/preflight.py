@@ -7,11 +7,15 @@ counts); nothing is started and no GPU is needed.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from repro import catalog
+from repro.launch.allocation_end import AllocationEnd
+from repro.rundir.slim import SLIM_DTYPE
+from repro.stack_check import CellNeeds, Check, attention_asked, failures, submission_checks
 from repro.verl_plugin.admission import Admission, VLLMRefusal, admit, runtime_env
 from repro.verl_plugin.config_builder import count_prompts, generous_epochs
 from repro.vllm_rules import read_model_config
@@ -22,29 +26,75 @@ _OPTIMIZER_BYTES = 8  # AdamW's exp_avg and exp_avg_sq, fp32 like the master wei
 # `hf_model`: verl 0.9.1 writes the gathered fp32 state dict (config.json says bfloat16, the tensors are
 # float32): measured on a tiny-arith checkpoint, 321,376 bytes of model.safetensors for 79,680 parameters
 _HF_MODEL_BYTES = 4
+# A save older than the newest K once the plugin slimmed it (repro.rundir.slim): its Hugging Face weights in
+# bf16 (SLIM_DTYPE), nothing else
+_SLIM_BYTES = _DTYPE_BYTES[SLIM_DTYPE]
 REHEARSAL_MODEL = "tiny-arith"
 
 
 @dataclass(frozen=True)
 class CheckpointDisk:
     params: int
-    bytes_per_param: int
+    bytes_per_param: int  # a whole save
     parts: tuple[str, ...]  # what verl saves (actor.checkpoint.save_contents)
     saves: int  # saves over the run (every save_freq steps and at the last step)
-    kept: int  # of them on disk at once (trainer.max_actor_ckpt_to_keep)
-    keep_limit: int | None
+    kept: int  # of them whole on disk at once: the newest K (the plugin's), or what verl's own limit keeps
+    keep_limit: int | None  # K (REPRO_CHECKPOINTS_KEPT), else verl's trainer.max_actor_ckpt_to_keep
+    slimmed: int = 0  # the older saves, kept as their bf16 Hugging Face weights
+    slim_bytes_per_param: int = 0  # of each (a whole save's bytes when there is no hf_model to keep)
+    verl_limit: int | None = None  # trainer.max_actor_ckpt_to_keep when set beside K (verl deletes its own)
 
     @property
     def per_save(self) -> int:
         return self.params * self.bytes_per_param
 
     @property
+    def per_slim(self) -> int:
+        return self.params * self.slim_bytes_per_param
+
+    @property
     def total(self) -> int:
-        return self.per_save * self.kept
+        return self.per_save * self.kept + self.per_slim * self.slimmed
+
+    def line(self) -> str:
+        """The preflight's "checkpoints:" line."""
+        head = (
+            f"checkpoints: {_count(self.params)} params x {self.bytes_per_param} bytes ({', '.join(self.parts)}) = "
+            f"{_size(self.per_save)} per save; {self.saves} saves"
+        )
+        if not self.slimmed and self.kept == self.saves:
+            whole = "all kept whole" if self.verl_limit is None else "all kept whole (fewer than verl's limit)"
+            return f"{head}, {whole} = {_size(self.total)} on disk at most"
+        if self.slim_bytes_per_param == 0:  # no plugin retention: verl's own limit deletes older saves
+            return (
+                f"{head}, the last {self.kept} kept (trainer.max_actor_ckpt_to_keep={self.keep_limit}) = "
+                f"{_size(self.total)} on disk at most (verl forgets an earlier attempt's saves: each resume can "
+                f"leave up to {self.kept} more)"
+            )
+        older = (
+            f"the other {self.slimmed} slimmed to their bf16 Hugging Face weights ({_SLIM_BYTES} bytes a param = "
+            f"{_size(self.per_slim)} each, what evaluation reads)"
+            if self.slim_bytes_per_param == _SLIM_BYTES
+            else f"the other {self.slimmed} left whole (no hf_model: their FSDP shards are their only weights)"
+        )
+        text = (
+            f"{head}: the newest {self.kept} whole (REPRO_CHECKPOINTS_KEPT={self.keep_limit}, across allocations), "
+            f"{older} = {_size(self.total)} on disk at most"
+        )
+        if self.verl_limit is not None:
+            text += (
+                f"; trainer.max_actor_ckpt_to_keep={self.verl_limit} also has verl delete its own process's saves "
+                "beyond that many, weights included, so the curve loses them (leave it null)"
+            )
+        return text
 
 
 def checkpoint_disk(cfg: Any, params: int) -> CheckpointDisk:
-    """Disk of the actor checkpoints of a run: params x bytes per save, x the saves verl keeps."""
+    """Disk of the actor checkpoints of a run: the newest K saves whole (params x bytes per save), every older
+    one slimmed to its bf16 weights by the plugin (repro.verl_plugin.retention); a config without the
+    plugin's K keeps what verl's own `max_actor_ckpt_to_keep` keeps."""
+    from repro.verl_plugin.retention import kept_from_config
+
     actor = cfg.actor_rollout_ref.actor
     parts = tuple(actor.checkpoint.save_contents)
     weight_bytes = _DTYPE_BYTES.get(str(actor.fsdp_config.get("model_dtype", "fp32")), 4)
@@ -57,8 +107,27 @@ def checkpoint_disk(cfg: Any, params: int) -> CheckpointDisk:
     saves = 0 if not steps or freq is None or freq <= 0 else steps // freq + (1 if steps % freq else 0)
     limit = cfg.trainer.get("max_actor_ckpt_to_keep")
     limit = limit if isinstance(limit, int) and limit > 0 else None  # verl: None or <= 0 keeps every save
-    kept = saves if limit is None else min(saves, limit)
-    return CheckpointDisk(params, bytes_per_param, parts, saves, kept, limit)
+    keep = kept_from_config(cfg)
+    if keep is None:  # verl alone: it deletes the saves of its own process beyond its limit
+        kept = saves if limit is None else min(saves, limit)
+        return CheckpointDisk(params, bytes_per_param, parts, saves, kept, limit)
+    kept = min(saves, keep)
+    slim = _SLIM_BYTES if "hf_model" in parts else bytes_per_param
+    return CheckpointDisk(params, bytes_per_param, parts, saves, kept, keep, saves - kept, slim, limit)
+
+
+def sweep_disk_line(disks: list[CheckpointDisk | None]) -> str:
+    """One line for a whole sweep's GPU cells: the sum of their preflight disk figures."""
+    known = [d for d in disks if d is not None]
+    whole = sum(d.per_save * d.kept for d in known)
+    slim = sum(d.per_slim * d.slimmed for d in known)
+    unknown = len(disks) - len(known)
+    text = (
+        f"checkpoints, whole sweep: {len(known)} GPU cell(s), {_size(whole + slim)} on disk at most when every cell "
+        f"has trained ({_size(whole)} in the cells' newest whole saves, {_size(slim)} in their older saves' bf16 "
+        "weights, every save's kept for the curves)"
+    )
+    return text + (f"; {unknown} cell(s) without a parameter count are not in it" if unknown else "")
 
 
 @dataclass(frozen=True)
@@ -80,7 +149,11 @@ class Preflight:
     rehearsal: str | None  # None for a CPU backbone (it is the rehearsal)
     hub_id: str | None = None  # the released set the training file is built from, fetched when the run starts
     context: str = ""  # the vLLM max_model_len line: what was set and why
-    problems: list[str] = field(default_factory=list)  # what would stop the cell on its node: one line each
+    problems: list[str] = field(default_factory=list)  # what would stop the cell on any node: one line each
+    stack: tuple[Check, ...] = ()  # the stack check of the environment the jobs use (GPU cells)
+    python: str = ""  # that environment's interpreter
+    needs: CellNeeds | None = None  # what the cell asks of a node (GPU cells), for the node's own check
+    allocation: AllocationEnd | None = None  # the stop margin and the save barrier (GPU cells)
 
     def lines(self) -> list[str]:
         out = [self.context] if self.context else []
@@ -115,20 +188,32 @@ class Preflight:
         if self.disk is None:
             out.append(f"checkpoints: no parameter count for {self.model} in backbones.yaml; no disk estimate")
         else:
-            d = self.disk
-            keep = (
-                f"the last {d.kept} kept (trainer.max_actor_ckpt_to_keep={d.keep_limit})"
-                if d.keep_limit
-                else f"all {d.kept} kept (no trainer.max_actor_ckpt_to_keep)"
-            )
-            out.append(
-                f"checkpoints: {_count(d.params)} params x {d.bytes_per_param} bytes ({', '.join(d.parts)}) = "
-                f"{_size(d.per_save)} per save; {d.saves} saves, {keep} = {_size(d.total)} on disk at most "
-                f"(verl forgets an earlier attempt's saves: each resume can leave up to {d.kept} more)"
-            )
+            out.append(self.disk.line())
+        if self.allocation is not None:
+            out += self.allocation.lines()
         if self.rehearsal:
             out.append(f"rehearse on a CPU first: {self.rehearsal}")
+        if self.stack:
+            out.append(
+                f"stack check of the environment the jobs will use ({self.python}); each job repeats it on its node:"
+            )
+            out += [f"  {check.line()}" for check in self.stack]
+            bad = failures(self.stack)
+            if bad:
+                out.append(
+                    f"stack check: {len(bad)} failed; a submission (and `repro run` without --dry-run) stops here "
+                    f"until they pass: {bad[0].detail}"
+                )
         return out
+
+    def require_stack(self) -> None:
+        """Stop a submission whose stack check failed: one line, the first failure and its fix."""
+        from repro.errors import ReproError
+
+        bad = failures(self.stack)
+        if bad:
+            more = f" (and {len(bad) - 1} more: `--dry-run` lists them)" if len(bad) > 1 else ""
+            raise ReproError(f"stack check ({self.python}): {bad[0].detail}{more}")
 
 
 def checkpoint_config(cfg: Any, model: str) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
@@ -163,10 +248,18 @@ def admission(cfg: Any, model: str) -> tuple[Admission, int | None]:
 
 
 def preflight(
-    cfg: Any, *, model: str, method: str, prompt_set: str, hub_sources: dict[str, str] | None = None
+    cfg: Any,
+    *,
+    model: str,
+    method: str,
+    prompt_set: str,
+    hub_sources: dict[str, str] | None = None,
+    overrides: list[str] | None = None,
+    python: str | None = None,
 ) -> Preflight:
     """The preflight of one verl cell, from its composed config (`hub_sources`: local file -> Hub id of the
-    released sets it is built from, `VerlRun.hub_sources`)."""
+    released sets it is built from, `VerlRun.hub_sources`; `overrides`: the cell's override list, which says
+    whether its attention was asked for explicitly; `python`: the interpreter the jobs will use)."""
     import torch
 
     files = cfg.data.train_files
@@ -187,13 +280,20 @@ def preflight(
             f"verl's vLLM server would not start: {exc} Fix: drop the --set of actor_rollout_ref.rollout.max_model_len "
             "(repro sets it to max_prompt_length + max_response_length) or shorten the lengths"
         )
-    if not cpu_cell:  # the node's stack: vLLM, torch, transformers, the attention the actor loads with
-        from repro.gpu_stack import stack_problems
-
-        attention = (cfg.actor_rollout_ref.model.get("override_config") or {}).get(
-            "attn_implementation", "flash_attention_2"
+    disk = None if backbone.param_count is None else checkpoint_disk(cfg, backbone.param_count)
+    stack: tuple[Check, ...] = ()
+    needs = None
+    if not cpu_cell:  # the jobs' stack: vLLM, torch, transformers, the attention, the driver, the disk
+        attention, explicit = attention_asked(overrides or [])
+        needs = CellNeeds(
+            attention=attention,
+            attention_required=explicit,
+            gpus_per_node=int(cfg.trainer.n_gpus_per_node),
+            checkpoints=str(cfg.trainer.default_local_dir),
+            one_save=disk.per_save if disk else 0,
+            whole_run=disk.total if disk else 0,
         )
-        problems += stack_problems(cuda, str(attention))
+        stack = tuple(submission_checks(needs, python))
     return Preflight(
         model=model,
         method=method,
@@ -208,14 +308,27 @@ def preflight(
         gpus_per_node=int(cfg.trainer.n_gpus_per_node),
         cuda_here=cuda,
         cuda_devices=torch.cuda.device_count() if cuda else 0,
-        disk=None if backbone.param_count is None else checkpoint_disk(cfg, backbone.param_count),
+        disk=disk,
         rehearsal=None
         if cpu_cell
         else f"repro run --model {REHEARSAL_MODEL} --method {method} --engine verl --steps 3",
         hub_id=(hub_sources or {}).get(train_file),
         context=context,
         problems=problems,
+        stack=stack,
+        python=str(python or sys.executable),
+        needs=needs,
+        allocation=None if cpu_cell else _allocation_end(cfg, model),
     )
+
+
+def _allocation_end(cfg: Any, model: str) -> AllocationEnd:
+    """The stop margin and save barrier of a GPU cell, from what its config saves over how many ranks."""
+    from repro.launch.allocation_end import allocation_end
+
+    contents = [str(c) for c in cfg.actor_rollout_ref.actor.checkpoint.save_contents]
+    ranks = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    return allocation_end(model, contents, ranks)
 
 
 def _count(n: int) -> str:
@@ -232,11 +345,15 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def verify_cell(spec: Any, *, model: str, method: str, prompt_set: str, sets: dict[str, Any]) -> tuple[Any, Preflight]:
+def verify_cell(
+    spec: Any, *, model: str, method: str, prompt_set: str, sets: dict[str, Any], python: str | None = None
+) -> tuple[Any, Preflight]:
     """Everything a GPU cell can be checked for without its node, or one ReproError line: verl's composition and
     validate_config, the user's `--set` / sweep `overrides:` against verl's typed config classes (the cell without
-    those keys is the baseline), and the preflight's problems (vLLM's admission rules, the installed stack).
-    `repro run` (its dry run too) and `repro sweep run` call it before anything is launched."""
+    those keys is the baseline), and the preflight's problems (vLLM's admission rules). The report carries the
+    stack check of the interpreter `python` the jobs will use (default: this one), which a dry run prints and a
+    submission requires (`Preflight.require_stack`). `repro run` (its dry run too) and `repro sweep run` call it
+    before anything is launched."""
     from repro.errors import ReproError
     from repro.verl_plugin.config_builder import compose, compose_and_validate
     from repro.verl_plugin.typed_config import config_errors
@@ -248,7 +365,15 @@ def verify_cell(spec: Any, *, model: str, method: str, prompt_set: str, sets: di
         if errors:
             more = f" (and {len(errors) - 1} more: {'; '.join(errors[1:])})" if len(errors) > 1 else ""
             raise ReproError(f"verl's typed config refuses {errors[0]}{more}; fix the --set or the sweep's overrides")
-    report = preflight(cfg, model=model, method=method, prompt_set=prompt_set, hub_sources=spec.hub_sources)
-    if report.problems:  # what would stop the cell on its node, before a GPU-hour is spent on it
+    report = preflight(
+        cfg,
+        model=model,
+        method=method,
+        prompt_set=prompt_set,
+        hub_sources=spec.hub_sources,
+        overrides=spec.overrides,
+        python=python,
+    )
+    if report.problems:  # what would stop the cell on any node, before a GPU-hour is spent on it
         raise ReproError(" | ".join(report.problems))
     return cfg, report

@@ -13,4 +13,6 @@ if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     # the trainer below imports verl's FSDP engine, which fixes its device name when first imported
     from repro.verl_plugin import cpu  # noqa: F401
 
+# the save barrier's timeout (wraps the cpu platform's wrap, when there is one)
+from repro.verl_plugin import dist_timeout  # noqa: F401, I001
 from repro.verl_plugin import stop_trainer  # noqa: F401  registers the "repro_sync" trainer
