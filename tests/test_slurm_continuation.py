@@ -508,3 +508,42 @@ def test_the_next_allocation_slims_the_saves_the_last_one_left_and_keeps_every_s
     print(f"\n{total - 2} slimmed saves: {before} -> {after} bytes\n" + "\n".join(
         line for line in out.splitlines() if line.startswith("repro:")
     ))  # fmt: skip
+
+
+def test_a_warning_that_came_while_the_cpu_attempt_started_stops_it_before_its_first_step(tiny_env, tmp_path) -> None:
+    """A loaded node can spend most of a short allocation starting Python; a USR1 that came meanwhile must stop the
+    trainer before a step the time limit could cut (Slurm would end the job TIMEOUT, never requeued), not after
+    one. The restored checkpoint stands, the job requeues, the next attempt goes on from it."""
+    import threading
+
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "repro.cli", "run", "--model", "tiny-arith", "--method", "grpo-n4", "--batch", "8"]
+    argv += ["--steps", "6", "--run-dir", str(run)]
+    env = {**tiny_env, "REPRO_LAUNCHER": "slurm", "REPRO_JOB_ID": "42"}
+    metrics = run / "metrics" / "attempt-001.jsonl"
+
+    def warn_after_step_two() -> None:  # the allocation's USR1, once the first attempt has trained two steps
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and (last_logged_step(metrics) or 0) < 2:
+            time.sleep(0.01)
+        request_stop(run, "allocation 1 of slurm job 42 ends in about 10 s", job_id="42")
+
+    watcher = threading.Thread(target=warn_after_step_two, daemon=True)
+    watcher.start()
+    first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    watcher.join()
+    assert first.returncode == STOPPED_EXIT, first.stderr[-2000:]
+    kept = last_logged_step(metrics)
+    assert kept is not None and 2 <= kept < 6
+    request_stop(run, "allocation 2 of slurm job 42 ends in about 10 s", job_id="42")  # warned while starting
+    stopped = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert stopped.returncode == STOPPED_EXIT, stopped.stderr[-2000:]
+    attempt = json.loads((run / "status.json").read_text())["attempts"][-1]
+    assert attempt["state"] == "interrupted"
+    assert attempt["error"] == f"allocation ending: checkpoint at step {kept}, 0 steps lost"
+    assert last_logged_step(run / "metrics" / "attempt-002.jsonl") is None  # no step trained in that attempt
+    assert stop_request(run) is None  # honoured, so the next allocation's attempt trains
+    resumed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert first_logged_step(run / "metrics" / "attempt-003.jsonl") == kept + 1
+    assert last_logged_step(run / "metrics" / "attempt-003.jsonl") == 6

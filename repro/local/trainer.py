@@ -16,7 +16,8 @@ samples from its own generator, so it cannot change what training draws.
 
 A job whose allocation is ending asks the trainer to stop (RUN/.stop-request.json, written by the Slurm
 script's USR1 trap; `repro.launch.allocations`): `fit` looks for it after each step and, since every step
-is already checkpointed, stops there with nothing lost by raising `StopRequested`.
+is already checkpointed, stops there with nothing lost by raising `StopRequested`; a request already there
+when `fit` begins (the warning came while the attempt was starting) stops it before its first step.
 """
 
 from __future__ import annotations
@@ -455,7 +456,8 @@ class CpuTrainer:
     # ---- the run -------------------------------------------------------------------------------
     def fit(self, metrics_path: Path) -> int:
         """Train to the configured number of steps from wherever the checkpoints say; returns last step.
-        Raises `StopRequested` after a step when the run folder holds a stop request."""
+        Raises `StopRequested` after a step when the run folder holds a stop request (or before the first
+        step, when the request came while the attempt was starting)."""
         record = self.restore()
         resumed_from = self.step
         self.rundir.set_attempt(resumed_from_step=resumed_from or None, loggers=list(self.loggers))
@@ -469,7 +471,14 @@ class CpuTrainer:
                     if tracking is not None:
                         tracking.log(record["data"], record["step"])
                 last = self.train.total_training_steps
-                for step in range(self.step + 1, last + 1):
+                if self.step < last and stop_request(self.rundir.path) is not None:
+                    # this job's allocation was warned while the attempt was starting (a loaded node can take
+                    # most of a short allocation to get here): the restored checkpoint stands, so stop before a
+                    # step the time limit could cut, and let the job requeue
+                    discard_request(self.rundir.path)
+                    stopped = self.step
+                todo = range(self.step + 1, last + 1) if stopped is None else range(0)
+                for step in todo:
                     metrics = self._async_step(step, last) if self.train.async_rollout else self.train_step(step)
                     if self.heldout is not None and is_eval_step(step, self.train.eval_every, last):
                         # after the update, so it scores the model saved as this step's checkpoint
