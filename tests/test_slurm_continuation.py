@@ -378,8 +378,10 @@ def test_a_cell_longer_than_its_time_limit_continues_in_new_allocations_by_itsel
     assert [a["state"] for a in attempts] == ["interrupted"] * (len(attempts) - 1) + ["finished"]
     for before, after in itertools.pairwise(attempts):
         step = before["last_logged_step"]
+        if step is None:  # warned while it was starting: no step trained, its checkpoint is the one it resumed from
+            step = before.get("resumed_from_step") or 0
         assert before["error"] == f"allocation ending: checkpoint at step {step}, 0 steps lost"
-        assert after["resumed_from_step"] == step
+        assert after["resumed_from_step"] == (step or None)  # the CPU trainer records a start from scratch as None
     assert f"Restarts={len(attempts) - 1}" in show
     assert out.count("requeueing job") == len(attempts) - 1
     assert allocations(run) == (len(attempts), 0)
