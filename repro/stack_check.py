@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from repro.sizes import size_text
+
 VERDICTS = ("ok", "warn", "fail", "skip")
 NVML_LIBRARY = "libnvidia-ml.so.1"  # what the driver installs; nvidia-smi reads the same library
 ATTENTION_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
@@ -216,10 +218,7 @@ def disk_check(folder: Path, one_save: int, whole_run: int) -> Check:
 
 
 def _size(n: float) -> str:
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n / 1e3:.0f} kB"
+    return size_text(n)
 
 
 # ---- the two places --------------------------------------------------------------------------------------

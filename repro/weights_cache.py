@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.errors import ReproError
+from repro.sizes import size_text
 
 MODEL_PATH_KEY = "actor_rollout_ref.model.path"
 ENV_VARS_PREFIX = "ray_kwargs.ray_init.runtime_env.env_vars."
@@ -389,8 +390,5 @@ def plans_report_lines(plans: Iterable[Any]) -> list[str]:
     return report_lines(items) if items else []
 
 
-def _size(n: int) -> str:
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
+def _size(n: float) -> str:
+    return size_text(n)

@@ -15,6 +15,7 @@ from typing import Any
 from repro import catalog
 from repro.launch.allocation_end import AllocationEnd
 from repro.rundir.slim import SLIM_DTYPE
+from repro.sizes import size_text
 from repro.stack_check import CellNeeds, Check, attention_asked, failures, submission_checks
 from repro.verl_plugin.admission import Admission, VLLMRefusal, admit, runtime_env
 from repro.verl_plugin.config_builder import count_prompts, generous_epochs
@@ -338,11 +339,8 @@ def _count(n: int) -> str:
     return str(n)
 
 
-def _size(n: int) -> str:
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
+def _size(n: float) -> str:
+    return size_text(n)
 
 
 def verify_cell(

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from repro.sizes import size_text
 from repro.verl_plugin.entry import ENV_PREFIX, runtime_env_vars
 
 KEPT_ENV = "REPRO_CHECKPOINTS_KEPT"
@@ -98,8 +99,5 @@ def _whole(whole: list[int]) -> list[str]:
     ]
 
 
-def _size(n: int) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
+def _size(n: float) -> str:
+    return size_text(n, 2)
