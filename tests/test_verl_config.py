@@ -175,7 +175,7 @@ def test_overrides_replace_and_unknown_keys_are_errors() -> None:
     with pytest.raises(ReproError, match="unknown preset"):
         build_overrides(cell(preset="fast"))
     # a CPU backbone is a rehearsal of the same cell on verl's trainer (tests/test_verl_cpu_config.py)
-    assert "actor_rollout_ref.rollout.name=cpu" in build_overrides(cell(backbone="tiny-arith"))
+    assert "actor_rollout_ref.rollout.name=vllm_cpu" in build_overrides(cell(backbone="tiny-arith"))
 
 
 def test_checkpoint_hook_through_verls_builder_and_resume(tmp_path) -> None:

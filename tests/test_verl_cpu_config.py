@@ -25,7 +25,7 @@ def test_cpu_cell_composes_and_validates_with_cpu_resources(method) -> None:
     cell = VerlCell("tiny-arith", method, "standard", 0, train_file="t.parquet", val_file="v.parquet", model_path="/m")
     overrides = build_overrides(cell)
     cfg = compose_and_validate(overrides)
-    assert cfg.trainer.device == "cpu" and cfg.actor_rollout_ref.rollout.name == "cpu"
+    assert cfg.trainer.device == "cpu" and cfg.actor_rollout_ref.rollout.name == "vllm_cpu"
     assert cfg.actor_rollout_ref.model.path == "/m"
     assert cfg.trainer.n_gpus_per_node == 1 and cfg.reward.num_workers == 1
     # the CPU trainer's scaled values, not the paper's GPU ones
@@ -92,7 +92,7 @@ def test_a_sweep_file_chooses_the_verl_engine_for_cpu_cells(tmp_path, monkeypatc
         assert plan.argv[plan.argv.index("--engine") + 1] == "verl"
         values = _values(plan.config["overrides"])  # the verl config the job's `repro run` records
         assert values["trainer.total_training_steps"] == "3" and values["data.train_batch_size"] == "8"
-        assert values["actor_rollout_ref.rollout.name"] == "cpu"
+        assert values["actor_rollout_ref.rollout.name"] == "vllm_cpu"
     local = load_sweep(Path(__file__).parent.parent / "sweeps" / "tiny.yaml")
     plan = plan_cell(local.cells()[0], local, tmp_path / "runs")
     assert "--engine" not in plan.argv and "train" in plan.config  # the CPU trainer's own config

