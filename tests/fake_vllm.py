@@ -9,7 +9,7 @@ a `FakeVLLM` that records every engine and request. Like vLLM:
 - `generate(prompts, sampling_params, use_tqdm=...)` takes a prompt or a list of them, each a string
   (tokenized with the tokenizer's special tokens, as vLLM does) or `{"prompt_token_ids": [int, ...]}`
   (vLLM's TokensPrompt: used as it is), and one SamplingParams or a list of the same length; a prompt
-  without room in max_model_len is refused (`repro.vllm_rules.verify_request`). It returns
+  without room in max_model_len is refused in vLLM's words (`repro.vllm_rules.verify_vllm_request`). It returns
   RequestOutput-like objects, in request order, with `.prompt_token_ids` and `.outputs[j].text` /
   `.token_ids`.
 - `SamplingParams` validates as vLLM's `_verify_args` does (n >= 1, temperature >= 0, 0 < top_p <= 1,
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.vllm_rules import verify_max_model_len, verify_request
+from repro.vllm_rules import verify_max_model_len, verify_vllm_request
 
 _SAMPLING_ARGS = {
     "n": 1,
@@ -163,7 +163,7 @@ class FakeVLLM:
                 requests, outputs = [], []
                 for i, (item, p) in enumerate(zip(items, params, strict=True)):
                     text, ids, given_as = self._ids(item)
-                    max_tokens = verify_request(len(ids), p.max_tokens, self.max_model_len)
+                    max_tokens = verify_vllm_request(len(ids), p.max_tokens, self.max_model_len)
                     requests.append(Request(ids, p, max_tokens, given_as))
                     completions = []
                     for j in range(p.n):

@@ -3,17 +3,29 @@ GPU cell of the grid through them, the CPU rollout server refusing what vLLM ref
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from vllm_rule_cases import LENGTH_CASES, SERVER_CASES, VERL_REQUEST_CASES, VLLM_REQUEST_CASES, LengthCase, RequestCase
 
 from repro.cli import main
 from repro.sweep import load_sweep
 from repro.verl_plugin.admission import admit
 from repro.verl_plugin.config_builder import VerlCell, build_overrides, compose, rollout_seed
 from repro.verl_plugin.preflight import admission
-from repro.vllm_rules import VLLMRefusal, derived_max_model_len, verify_max_model_len, verify_request
+from repro.vllm_rules import (
+    RESTATED,
+    VLLMRefusal,
+    check_max_model_len,
+    derived_max_model_len,
+    verify_max_model_len,
+    verify_request,
+    verify_vllm_request,
+    verl_server_max_model_len,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN_MATH = {"model_type": "qwen2", "max_position_embeddings": 4096}  # Qwen2.5-Math-1.5B/7B config.json
@@ -32,7 +44,8 @@ def test_derived_length_follows_vllms_keys_rope_and_tokenizer() -> None:
     assert derived_max_model_len(yarn)[0] == 131072
     llama = {"max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3", "factor": 32.0}}
     assert derived_max_model_len(llama)[0] == 131072
-    assert derived_max_model_len(QWEN_MATH, {"model_max_length": 2048})[0] == 2048
+    # vLLM reads the tokenizer's model_max_length only for pooling models (real vLLM: tests/test_vllm_rules_real.py)
+    assert derived_max_model_len(QWEN_MATH, {"model_max_length": 2048})[0] == 4096
     assert derived_max_model_len({"text_config": {"max_position_embeddings": 8192}})[0] == 8192
 
 
@@ -41,14 +54,69 @@ def test_a_longer_max_model_len_is_refused_with_vllms_words_unless_allowed() -> 
         verify_max_model_len(32768, QWEN_MATH, env={})
     assert str(refused.value).startswith(
         "User-specified max_model_len (32768) is greater than the derived max_model_len "
-        "(max_position_embeddings=4096 or model_max_length=None in model's config.json)."
-    )
+        "(max_position_embeddings=4096.0 or model_max_length=None in model's config.json)."
+    )  # a float, as vLLM prints it
+    assert str(refused.value).endswith("will cause a CUDA array out-of-bounds error.")  # vLLM's whole tail
     assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in str(refused.value)
     assert verify_max_model_len(32768, QWEN_MATH, env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}) == 32768
     assert verify_max_model_len(3072, QWEN_MATH, env={}) == 3072
     assert verify_max_model_len(None, QWEN_MATH, env={}) == 4096
     # hf_overrides (not verl's override_config) raise vLLM's own view of the positions
     assert verify_max_model_len(8192, {**QWEN_MATH, "max_position_embeddings": 8192}, env={}) == 8192
+
+
+@pytest.mark.parametrize("case", LENGTH_CASES, ids=lambda c: c.name)
+def test_the_restated_length_rule_gives_vllms_answer_on_every_case(case: LengthCase) -> None:
+    """The table real vLLM answers in tests/test_vllm_rules_real.py: same length, or the same whole refusal."""
+    env = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"} if case.allow_long else {}
+    config = {**case.config, **case.hf_overrides}
+    if isinstance(case.expected, int):
+        assert verify_max_model_len(case.max_model_len, config, case.tokenizer_config, env) == case.expected
+    else:
+        with pytest.raises(VLLMRefusal) as refused:
+            verify_max_model_len(case.max_model_len, config, case.tokenizer_config, env)
+        assert str(refused.value) == case.expected
+    if case.key is not None:
+        assert derived_max_model_len(config)[1] == case.key
+
+
+@pytest.mark.parametrize("case", SERVER_CASES, ids=lambda c: c.name)
+def test_the_restated_server_rule_gives_verls_answer(case) -> None:
+    if isinstance(case.expected, int):
+        assert verl_server_max_model_len(case.max_model_len, case.positions) == case.expected
+    else:
+        with pytest.raises(VLLMRefusal) as refused:
+            verl_server_max_model_len(case.max_model_len, case.positions)
+        assert str(refused.value) == case.expected
+
+
+@pytest.mark.parametrize(
+    ("rule", "case"),
+    [(verify_request, c) for c in VERL_REQUEST_CASES] + [(verify_vllm_request, c) for c in VLLM_REQUEST_CASES],
+    ids=lambda x: getattr(x, "name", getattr(x, "__name__", "")),
+)
+def test_the_restated_request_rules_give_the_real_answers(rule, case: RequestCase) -> None:
+    if isinstance(case.expected, int):
+        assert rule(case.prompt_len, case.max_tokens, case.max_model_len) == case.expected
+    else:
+        with pytest.raises(VLLMRefusal) as refused:
+            rule(case.prompt_len, case.max_tokens, case.max_model_len)
+        assert str(refused.value) == case.expected
+
+
+def test_the_restatement_decides_where_vllm_cannot_be_asked(tmp_path, monkeypatch) -> None:
+    """A Hub id (no local config.json) never reaches vLLM, which would ask the Hub; without vLLM the restatement
+    decides and says so (real vLLM's own verdicts: tests/test_vllm_rules_real.py)."""
+    hub_id = tmp_path / "Qwen" / "Qwen2.5-Math-7B"  # no such folder: what a Hub id looks like here
+    assert check_max_model_len(3072, QWEN_MATH, env={}, folder=hub_id) == (3072, RESTATED)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(QWEN_MATH))
+    monkeypatch.setitem(sys.modules, "vllm.engine.arg_utils", None)  # vLLM absent
+    assert check_max_model_len(3072, QWEN_MATH, env={}, folder=folder) == (3072, RESTATED)
+    with pytest.raises(VLLMRefusal, match=r"User-specified max_model_len \(32768\)") as refused:
+        check_max_model_len(32768, QWEN_MATH, env={}, folder=folder)
+    assert refused.value.judge == RESTATED
 
 
 def test_requests_need_headroom_and_are_capped() -> None:

@@ -8,7 +8,9 @@ Three gates stand between a composed config and a first rollout on a GPU node, i
 3. every request: verl caps a response at `max_model_len - prompt`, so a context shorter than
    prompt + response silently cuts the longest responses of the longest prompts.
 `admit` applies all three (repro.vllm_rules) and says what it found; the dry run's preflight calls it
-with the checkpoint facts of the catalog, the CPU rollout server with its model folder's real files.
+with the checkpoint facts of the catalog, the CPU rollout server with its model folder's real files. Given
+the model's local folder (`folder`), gate 2 is the installed vLLM's own ModelConfig (its verdict, its words);
+otherwise, and where vLLM is absent, the restatement decides.
 """
 
 from __future__ import annotations
@@ -16,21 +18,31 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from repro.vllm_rules import ALLOW_LONG_ENV, VLLMRefusal, verify_max_model_len, verl_server_max_model_len
+from repro.vllm_rules import (
+    ALLOW_LONG_ENV,
+    RESTATED,
+    RESTATED_VERL,
+    VLLMRefusal,
+    check_max_model_len,
+    verl_server_max_model_len,
+)
 
 
 @dataclass(frozen=True)
 class Admission:
     max_model_len: int
     derived_from: str  # how the length was chosen, for the dry run
+    judge: str = RESTATED  # who accepted it for vLLM: the installed vLLM itself, or the restatement
 
     def line(self, prompt_length: int, response_length: int, checkpoint_positions: int | None) -> str:
         fits = f"fits the checkpoint's {checkpoint_positions} positions" if checkpoint_positions else "fits"
+        asked = f" ({self.judge}'s own check)" if self.judge != RESTATED else ""
         return (
             f"vLLM max_model_len: {self.max_model_len} ({self.derived_from}); prompt {prompt_length} + response "
-            f"{response_length} = {prompt_length + response_length} tokens {fits}, as vLLM and verl require"
+            f"{response_length} = {prompt_length + response_length} tokens {fits}, as vLLM and verl require{asked}"
         )
 
 
@@ -50,28 +62,31 @@ def admit(
     tokenizer_config: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     whole_responses: bool = True,
+    folder: str | Path | None = None,
 ) -> Admission:
     """The max_model_len verl's vLLM server would run this rollout with, or VLLMRefusal with the real reason.
 
     `whole_responses=False` applies only what the real stack refuses (the CPU rollout server); the preflight
-    also refuses a context that would cut responses short, which verl does silently."""
+    also refuses a context that would cut responses short, which verl does silently. `folder`: the model's
+    local folder, for the installed vLLM to judge gate 2 itself (repro.vllm_rules.check_max_model_len)."""
     env = os.environ if env is None else env
     verl_view = {**checkpoint_config, **dict(override_config or {})}
     positions = _positions(verl_view)
     if positions is None:
-        raise VLLMRefusal("max_position_embeddings not found in HFModelConfig!")  # verl's own message
+        raise VLLMRefusal("max_position_embeddings not found in HFModelConfig!", RESTATED_VERL)  # verl's words
     length = verl_server_max_model_len(max_model_len, positions)
     how = "set explicitly" if max_model_len is not None else f"null: verl took max_position_embeddings={positions}"
     if override_config and "max_position_embeddings" in override_config and max_model_len is None:
         how += " from model.override_config"
-    verify_max_model_len(length, checkpoint_config, tokenizer_config, env)
+    _, judge = check_max_model_len(length, checkpoint_config, tokenizer_config, env, folder)
     if whole_responses and prompt_length + response_length > length:
         raise VLLMRefusal(
             f"max_model_len ({length}) is shorter than max_prompt_length + max_response_length "
             f"({prompt_length} + {response_length}): verl caps each response at max_model_len - prompt, so the "
-            "longest prompts would get cut responses"
+            "longest prompts would get cut responses",
+            "repro's preflight",
         )
-    return Admission(length, how)
+    return Admission(length, how, judge)
 
 
 def runtime_env(cfg: Any) -> dict[str, str]:

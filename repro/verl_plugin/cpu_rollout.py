@@ -1,5 +1,9 @@
 """A transformers-backed rollout server for verl on a CPU: the stand-in for vLLM, on vLLM's interface.
 
+The CPU rehearsal rolls out with real vLLM (`repro.verl_plugin.cpu_vllm`, rollout `vllm_cpu`); this server is
+chosen with `actor_rollout_ref.rollout.name=cpu` and stays for what a real engine cannot do here: injected
+request failures (`REPRO_CPU_ROLLOUT_FAULTS`, the retry test) and an environment without vLLM's CPU build.
+
 verl's agent loop reaches inference only through a server actor's
 `generate(prompt_ids, sampling_params, request_id, ...) -> TokenOutput`, and the trainer reaches the server
 through a `RolloutReplica` (launch, wake/sleep, abort, kv-cache calls) and, inside each training worker, a

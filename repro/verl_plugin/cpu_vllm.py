@@ -12,7 +12,8 @@ the agent loop's requests, abort/resume through vLLM's real pause, and weight sy
   fails there; `initialize_layerwise_reload`/`finalize_layerwise_reload` (what vLLM's own
   `reload_weights` does) rebuild each layer from checkpoint-format tensors and repack it. Buckets are copied
   out of the shared-memory buffer because a layer is processed only once all its tensors arrived, and
-  verl's sender reuses that buffer for the next bucket;
+  verl's sender reuses that buffer for the next bucket; a tied output head is repacked after the reload
+  (`_repack_tied_head`), which vLLM's reload leaves on its old packed weights;
 - the server's engine processes get `repro.vllm_cpu.engine_env()` (KV-cache size, both cores), through the
   cpu platform's `rollout_env_vars`, which verl's `vLLMReplica` puts in the server's Ray runtime env;
 - sleep mode off and the cache kept (`enable_sleep_mode`, `free_cache_engine`: vLLM refuses sleep mode on
@@ -42,6 +43,22 @@ from repro.vllm_cpu import ROLLOUT  # the registry name, and (verl's ServerAdapt
 logger = logging.getLogger(__name__)
 
 DROP_UPDATES_ENV = "REPRO_CPU_ROLLOUT_DROP_UPDATES"
+
+
+def _repack_tied_head(model: torch.nn.Module) -> None:
+    """Rebuild the output head's CPU GEMM from its new weights when they are tied to the embedding.
+
+    On a CPU, vLLM packs the head's weight into a oneDNN handle (`cpu_linear`) when it loads the model. A tied
+    head receives no tensor of its own (its weight is the embedding's), so the layerwise reload never
+    processes it: the embedding gets the new values, the head keeps computing logits with the packed copy of
+    what the engine started with (verl starts it on dummy weights). Measured on SmolLM2-135M before this:
+    greedy text was noise after a sync and `rollout_corr/kl` was 3.1 at step 1."""
+    head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if head is None or embed is None or not hasattr(head, "cpu_linear"):
+        return
+    if head.weight.data_ptr() == embed.weight.data_ptr():
+        head.quant_method.process_weights_after_loading(head)
 
 
 class CpuWorkerExtension(vLLMColocateWorkerExtension):
@@ -79,6 +96,7 @@ class CpuWorkerExtension(vLLMColocateWorkerExtension):
         receiver.receive_weights(on_bucket_received=on_bucket)
         if not drop:
             finalize_layerwise_reload(model, self.model_runner.model_config)
+            _repack_tied_head(model)
             self._repro_digest = digest.hexdigest()[:16]
         logger.info("weight sync: %d tensors received, %s", counts["tensors"], "dropped" if drop else "loaded")
 
