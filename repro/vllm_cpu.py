@@ -21,7 +21,6 @@ import os
 ROLLOUT = "vllm_cpu"  # verl rollout name of its vLLM server on this build (repro.verl_plugin.cpu_vllm)
 KVCACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 RESERVED_CPU_ENV = "VLLM_CPU_NUM_OF_RESERVED_CPU"
-IN_PROCESS_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"  # "0": the engine core in the process that starts vllm.LLM
 KV_SHARE = 0.25  # of the host's available memory: the model, the trainer and the graders need the rest
 KV_FLOOR_GIB = 1  # vLLM's unit is whole GiB; a smaller cache only means fewer sequences decode at once
 KV_CAP_GIB = 4  # SmolLM2-135M's 128 sequences of ~400 fp32 tokens take ~2.4 GiB; more starves the rest
@@ -53,19 +52,6 @@ def engine_env(environ: dict[str, str] | None = None) -> dict[str, str]:
         out[KVCACHE_ENV] = str(kv_cache_gib())
     if not environ.get(RESERVED_CPU_ENV):
         out[RESERVED_CPU_ENV] = "0"
-    return out
-
-
-def offline_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """`engine_env()` plus, for an offline `vllm.LLM` (evaluation, the data filter; not verl's server),
-    `VLLM_ENABLE_V1_MULTIPROCESSING=0`: the engine core runs in the calling process, so a failure reaches
-    the caller as vLLM's own exception (in a separate engine process it is only logged, and the caller gets
-    "Engine core initialization failed. See root cause above"), a shard is one process bound to its cores,
-    and the start needs no spawned interpreter (measured in benchmarks/bench_eval_backends.py)."""
-    environ = os.environ if environ is None else environ
-    out = engine_env(environ)
-    if not environ.get(IN_PROCESS_ENV):
-        out[IN_PROCESS_ENV] = "0"
     return out
 
 

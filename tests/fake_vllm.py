@@ -52,6 +52,7 @@ _ENGINE_ARGS = {
     "trust_remote_code",
     "enforce_eager",
     "enable_prefix_caching",
+    "enable_chunked_prefill",
 }
 
 

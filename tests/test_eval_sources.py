@@ -194,7 +194,7 @@ def test_the_fake_vllm_refuses_a_long_context_as_vllm_does(fake_vllm, tmp_path, 
 
 
 def test_vllm_gets_the_released_max_model_len_and_a_4k_model_its_positions_raised(fake_vllm, tmp_path) -> None:
-    from repro.evaluation.generation import VLLMGenerator
+    from repro.evaluation.generation import VLLMGenerator, vllm_device, vllm_engine_args
     from repro.prompting import template_for
 
     assert bench.generation_setting("max_model_len") == 8192
@@ -208,6 +208,7 @@ def test_vllm_gets_the_released_max_model_len_and_a_4k_model_its_positions_raise
             "gpu_memory_utilization": 0.85,
             "max_model_len": 8192,
             "hf_overrides": {"max_position_embeddings": 8192},
+            **vllm_engine_args(vllm_device()),  # the catalog's dtype (and on a CPU eager mode)
         }
     ]
     assert "released eval's max_model_len 8192" in generator.max_model_len_reason

@@ -50,6 +50,7 @@ __all__ = [
     "prompt_templates",
     "released_script",
     "released_scripts",
+    "vllm_engine",
 ]
 
 
@@ -391,6 +392,16 @@ def gpu_node() -> GpuNode:
     return _gpu_node()
 
 
+def vllm_engine(device: str) -> dict[str, Setting]:
+    """The vllm.LLM arguments repro's own engines start with on `device` (cpu: PyPI's CPU build; gpu), each
+    with its reason (vllm_engine.yaml): the dtype is data, so the CPU engine computes in the transformers
+    backend's fp32 while a GPU keeps vLLM's bf16."""
+    table = _vllm_engine()
+    if device not in table:
+        raise unknown_name("vLLM device", device, table)
+    return dict(table[device])
+
+
 def cpu_scaling(backbone: str) -> dict[str, Setting]:
     """The paper's training settings a CPU backbone's rehearsal changes, with the reasons (cpu_scaling.yaml)."""
     table = _cpu_scaling()
@@ -628,6 +639,32 @@ def _gpu_node() -> GpuNode:
         if not isinstance(setting.value, int | float) or isinstance(setting.value, bool) or setting.value <= 0:
             raise CatalogError(f"{filename}: {name}: must be a positive number")
     return GpuNode(cuda_drivers=drivers, step_s=steps, **scalars)
+
+
+_VLLM_ENGINE_DEVICES = ("cpu", "gpu")
+_VLLM_ENGINE_ARGS = {
+    "dtype": ("float32", "bfloat16", "float16", "auto"),
+    "enforce_eager": (True, False),
+    "enable_chunked_prefill": (True, False),
+}
+
+
+@functools.cache
+def _vllm_engine() -> Mapping[str, Settings]:
+    filename = "vllm_engine.yaml"
+    data = _read(filename)
+    if sorted(data) != sorted(_VLLM_ENGINE_DEVICES):
+        raise CatalogError(f"{filename}: must list exactly the devices {list(_VLLM_ENGINE_DEVICES)}")
+    out = {}
+    for device, entry in data.items():
+        where = f"{filename}: {device}"
+        settings = _settings(_mapping(entry, where), where, required=("dtype",), allowed=tuple(_VLLM_ENGINE_ARGS))
+        for name, setting in settings.items():
+            valid = _VLLM_ENGINE_ARGS[name]
+            if setting.value not in valid or type(setting.value) is not type(valid[0]):  # 1 == True: not a bool
+                raise CatalogError(f"{where}.{name}: must be one of {list(valid)}")
+        out[device] = settings
+    return MappingProxyType(out)
 
 
 @functools.cache

