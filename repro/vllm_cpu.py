@@ -23,7 +23,7 @@ KVCACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 RESERVED_CPU_ENV = "VLLM_CPU_NUM_OF_RESERVED_CPU"
 KV_SHARE = 0.25  # of the host's available memory: the model, the trainer and the graders need the rest
 KV_FLOOR_GIB = 1  # vLLM's unit is whole GiB; a smaller cache only means fewer sequences decode at once
-KV_CAP_GIB = 4  # SmolLM2-135M's 128 sequences of ~400 fp32 tokens take ~2.4 GiB; more starves the rest
+KV_CAP_GIB = 2  # fewer sequences decode at once below need; above, three engines (the suite's workers) ran out of 24 GB
 
 
 def installed() -> str | None:
