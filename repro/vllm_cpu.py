@@ -54,9 +54,3 @@ def engine_env(environ: dict[str, str] | None = None) -> dict[str, str]:
         out[RESERVED_CPU_ENV] = "0"
     return out
 
-
-def apply_engine_env() -> dict[str, str]:
-    """Set `engine_env()` in this process (before vLLM starts its engine processes); returns what it set."""
-    added = engine_env()
-    os.environ.update(added)
-    return added

