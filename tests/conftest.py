@@ -38,6 +38,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller, before it starts the workers
         if config.option.basetemp is None:
             config.option.basetemp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+        # the verl runs' slots (tests/verl_slots.py): one folder for the whole session, outside every worker's
+        os.environ["REPRO_TEST_SLOTS"] = tempfile.mkdtemp(prefix="slots", dir="/tmp")
         for var in ("COLUMNS", "LINES"):
             os.environ[f"REPRO_TEST_{var}"] = os.environ.get(var, "")
         return

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from test_verl_engine import _metrics, kill_after_step
+from verl_slots import SLOTS, verl_slots
 
 from repro.verl_plugin import audit
 
@@ -39,8 +40,9 @@ def test_a_killed_run_resumes_its_checkpoint_and_the_final_one_is_evaluated_and_
     argv = [sys.executable, "-m", "repro.cli", "run", "--model", KEY, "--method", "seq-balance", "--engine", "verl"]
     argv += ["--steps", "2", "--batch", "2", "--runs-root", str(runs), "--set", "data.max_response_length=24"]
     argv += ["--train-file", str(_sums(tmp_path / "sums.parquet"))]
-    kill_after_step(argv, env, run, 1, tmp_path / "attempt-1.log", timeout=600)
-    resumed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+    with verl_slots(SLOTS):  # about 12 GB while it trains: alone among the suite's verl runs
+        kill_after_step(argv, env, run, 1, tmp_path / "attempt-1.log", timeout=600)
+        resumed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     first, second = _metrics(run, 1), _metrics(run, 2)
     assert sorted(first) == [1] and sorted(second) == [2]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from test_verl_engine import _argv, _metrics, kill_after_step, verl_env  # noqa: F401  (verl_env: a fixture)
+from verl_slots import verl_slots
 
 from repro import catalog
 from repro.verl_plugin import audit
@@ -34,8 +35,9 @@ def async_run(verl_env, tmp_path_factory) -> Path:  # noqa: F811
     runs = tmp / "runs"
     run = runs / "tiny-arith__seq-balance-async__standard__s0"
     argv = [*_argv(runs, "seq-balance", STEPS, "trainer.save_freq=2", *AHEAD), "--async"]
-    kill_after_step(argv, verl_env, run, 2, tmp / "attempt-1.log", timeout=500)
-    resumed = subprocess.run(argv, env=verl_env, capture_output=True, text=True, timeout=600)
+    with verl_slots():
+        kill_after_step(argv, verl_env, run, 2, tmp / "attempt-1.log", timeout=500)
+        resumed = subprocess.run(argv, env=verl_env, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     return run
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from verl_slots import verl_slots
 from verl_sweep import AUDIT, BATCH, NO_WARMUP, STEPS, STRONG
 
 from repro.verl_plugin import audit
@@ -36,7 +37,8 @@ def _argv(runs: Path, method: str, steps: int, *sets: str) -> list[str]:
 
 
 def _run(env: dict, runs: Path, method: str, steps: int, *sets: str) -> Path:
-    proc = subprocess.run(_argv(runs, method, steps, *sets), env=env, capture_output=True, text=True, timeout=600)
+    with verl_slots():
+        proc = subprocess.run(_argv(runs, method, steps, *sets), env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return runs / f"tiny-arith__{method}__standard__s0"
 
@@ -152,9 +154,10 @@ def test_est_kill_and_resume_logs_every_step_once_and_restores_the_resumed_estim
     runs = tmp_path / "runs"
     run = runs / "tiny-arith__est__standard__s0"
     argv = _argv(runs, "est", 3, "trainer.save_freq=2")
-    kill_after_step(argv, verl_env, run, 2, tmp_path / "attempt-1.log", timeout=400)
-    assert (run / "checkpoints" / "global_step_2" / "reinforce_ada_state.json").exists()
-    resumed = subprocess.run(argv, env=verl_env, capture_output=True, text=True, timeout=600)
+    with verl_slots():
+        kill_after_step(argv, verl_env, run, 2, tmp_path / "attempt-1.log", timeout=400)
+        assert (run / "checkpoints" / "global_step_2" / "reinforce_ada_state.json").exists()
+        resumed = subprocess.run(argv, env=verl_env, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     first, second = _metrics(run, 1), _metrics(run, 2)
     assert 2 in first and 3 not in first
@@ -228,7 +231,8 @@ def _easy_prompts(home: Path, out: Path) -> Path:
 def test_dapo_refills_through_the_plugin_manager_with_its_cap_and_metrics(verl_env, tiny_home, tmp_path):
     easy = _easy_prompts(tiny_home, tmp_path / "easy.parquet")
     argv = [*_argv(tmp_path / "runs", "dapo", 2), "--train-file", str(easy)]
-    proc = subprocess.run(argv, env=verl_env, capture_output=True, text=True, timeout=600)
+    with verl_slots():
+        proc = subprocess.run(argv, env=verl_env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "runs" / "tiny-arith__dapo__standard__s0"
     metrics = _metrics(run)

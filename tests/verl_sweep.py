@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from verl_slots import verl_slots
 
 BATCH = 8
 STEPS = 3  # with the CPU cells' save_freq 1 and 2 checkpoints kept: global_step_2 and global_step_3
@@ -65,9 +66,10 @@ def run_sweep(home: Path, folder: Path) -> SweepRun:
     argv = [sys.executable, "-m", "repro.cli", "sweep", "run", str(file), "--steps", str(STEPS)]
     argv += ["--batch", str(BATCH), "--max-parallel", "1", "--runs-root", str(root)]
     env = {**os.environ, "REPRO_HOME": str(home), "RAY_DEDUP_LOGS": "0"}
-    start = time.monotonic()
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1500)
-    seconds = time.monotonic() - start
+    with verl_slots():  # the cells run one at a time (--max-parallel 1)
+        start = time.monotonic()
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1500)
+        seconds = time.monotonic() - start
     logs = "".join(
         f"\n--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted((root / ".launch").glob("*.err")) if p.is_file()
     )
