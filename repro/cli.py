@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import sys
 
-import typer
-from typer._click import exceptions as click_exc  # typer 0.29 raises its own copy of click's errors
+from repro import arithmetic
 
-from repro.commands import catalog, collect, data, evaluate, plot, report, run, simulate, smoke, sweep, table
-from repro.errors import ReproError
+arithmetic.pin()  # before anything below imports numpy or torch: they read the pinned variables once, on load
+
+import typer  # noqa: E402
+from typer._click import exceptions as click_exc  # noqa: E402  (typer 0.29 raises its own copy of click's errors)
+
+from repro.commands import catalog, collect, data, evaluate, plot, report, run, simulate, smoke, sweep, table  # noqa: E402
+from repro.errors import ReproError  # noqa: E402
 
 app = typer.Typer(
     name="repro",

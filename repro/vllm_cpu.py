@@ -53,4 +53,3 @@ def engine_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     if not environ.get(RESERVED_CPU_ENV):
         out[RESERVED_CPU_ENV] = "0"
     return out
-

@@ -61,6 +61,7 @@ for figure in passk signal-loss; do  # these read the per-response eval records 
 done
 $repro plot schedules --results results --out results/figures/schedules
 $repro report --results results --out results/REPORT.md
+.venv/bin/python scripts/gen-docs.py  # the README's and docs/results.md's verdict lines, copied from the new report
 $repro table weighted-average --results results
 $repro status --runs-root "$runs" --sweep sweeps/tiny.yaml
 $repro status --runs-root "$runs" --sweep sweeps/tiny-hard.yaml

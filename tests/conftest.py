@@ -4,10 +4,17 @@ single-node Slurm."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
-import pytest
-from clusters import slurm_cluster
+from repro import arithmetic
+
+# the suite computes as `repro` does (repro.arithmetic): pinned before any test module loads numpy or torch
+_TOO_EARLY = arithmetic.pin()
+assert not _TOO_EARLY or os.environ.get(arithmetic.opt_out_env()), f"loaded before the pin: {_TOO_EARLY} {sys.argv}"
+
+import pytest  # noqa: E402
+from clusters import slurm_cluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,7 +119,7 @@ def tiny_home(tmp_path_factory) -> Path:
     from repro.tasks.tiny_arith import ensure_data
 
     home = tmp_path_factory.mktemp("repro_home")
-    torch.set_num_threads(2)
+    torch.set_num_threads(arithmetic.threads(2))
     # unboxed_share 0: the mechanics tests were written against the boxed-only warm start (version 1); the
     # format gap of the real model (repro/local/model.py) would leave too few mixed groups in 40 steps
     ensure_tiny_model(home=home, spec=TinyModelSpec(sft_steps=40, unboxed_share=0.0))

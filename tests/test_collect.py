@@ -16,6 +16,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
+from repro import arithmetic
 from repro.commands.collect import collect as collect_command
 from repro.errors import ReproError
 from repro.report.collect import collect, read_results, results_lock
@@ -146,8 +147,13 @@ def test_collect_tiny_runs_tables_match_run_files(runs, tmp_path):
         "duplicate_steps",
         "metrics_files",
         "path",
+        "arithmetic",
+        "cpu",
     ]
     assert list(runs_table["run"]) == RUNS
+    # the suite computes pinned (conftest), and every attempt records its CPU (repro.arithmetic)
+    assert all("pinned: ATen avx2, MKL_CBWR=COMPATIBLE" in a for a in runs_table["arithmetic"])
+    assert set(runs_table["cpu"]) == {arithmetic.cpu_model()}
     assert set(runs_table["state"]) == {"finished"}
     assert list(runs_table["steps_logged"]) == [4, 4, 4]
     assert list(runs_table["corrupt_lines"]) == [0, 0, 0]

@@ -119,3 +119,29 @@ def test_every_docs_page_is_in_the_nav():
     flat = re.findall(r"[\w-]+\.md", str(nav))
     assert sorted(flat) == sorted(p.name for p in (ROOT / "docs").glob("*.md"))
     assert set(GENERATED) <= set(flat)
+
+
+def test_the_readmes_verdicts_are_the_reports_and_a_hand_edit_is_replaced(tmp_path):
+    spec = importlib.util.spec_from_file_location("gen_docs", GEN)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    report = tmp_path / "REPORT.md"
+    report.write_text(
+        "- **Seq-balance vs GRPO-n4** (tiny-arith, standard): measured paired difference +0.5 points, 95% CI "
+        "[-0.2, 1.1] over 3 seeds; the paper reports +2.3 points (47.6 vs 45.3). Verdict: **cannot tell**. "
+        "Stability: the mean keeps its sign.\n"
+        "- **Seq-balance vs GRPO-n4 on the hard prompt set** (tiny-arith, hard): measured paired difference +1.4 "
+        "points, 95% CI [1.2, 1.6] over 3 seeds; the paper reports +3.6 points. Verdict: **agrees**. Stability: "
+        "**firm**: the mean keeps its sign.\n"
+    )
+    lines = gen.verdict_summary(report)
+    assert lines[1:3] == [
+        "- Seq-balance vs GRPO-n4 (standard): +0.5 points [-0.2, 1.1] over 3 seeds, the paper +2.3: **cannot tell**",
+        "- Seq-balance vs GRPO-n4 on the hard prompt set (hard): +1.4 points [1.2, 1.6] over 3 seeds, the paper "
+        "+3.6: **agrees, firm**",
+    ]
+    assert lines[4].startswith("1 of 2 verdicts decided, 1 of them firm")
+    readme = (ROOT / "README.md").read_text()
+    assert gen.SUMMARY_START in readme and gen.with_summary(readme) == readme  # the committed README is current
+    edited = readme.replace("**agrees", "**disagrees", 1) if "**agrees" in readme else readme + ""
+    assert gen.with_summary(edited) == readme

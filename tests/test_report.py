@@ -114,7 +114,10 @@ def test_sentences_from_hand_made_numbers(eval_df, training_df) -> None:
     assert outcome == report.AGREES
     assert sentence == (
         f"**Seq-balance vs GRPO-n4** ({TINY}, standard): measured paired difference +3.0 points, 95% CI "
-        f"[0.5, 5.5] over 3 seeds; the paper reports +2.3 points (47.6 vs 45.3, {miniature}). Verdict: **agrees**."
+        f"[0.5, 5.5] over 3 seeds; the paper reports +2.3 points (47.6 vs 45.3, {miniature}). Verdict: **agrees**. "
+        "Stability: **fragile**: the mean keeps its sign with any one of the 3 seeds left out; 3 fresh seeds would "
+        "repeat this verdict with probability 0.75 if the measured mean and spread (s = 1.0 points between seeds) "
+        "were the truth."
     )
 
     sentence, outcome = said["Seq-balance vs GRPO-n16"]
@@ -202,10 +205,14 @@ def test_gain_over_the_base_model_by_hand(eval_df) -> None:
     assert outcome == report.IMPROVES
     assert sentence == (
         f"**Seq-balance vs the base model** ({TINY}, standard): 40.0 -> 45.0, +5.0 points, 95% CI [0.7, 9.3] "
-        "over 3 seeds. Verdict: **improves**."
+        "over 3 seeds. Verdict: **improves**. Stability: **fragile**: the mean keeps its sign with any one of the 3 "
+        "seeds left out; 3 fresh seeds would repeat this verdict with probability 0.72 if the measured mean and "
+        "spread (s = 1.7 points between seeds) were the truth."
     )
     sentence, outcome = report.base_gain_sentence(by_seed, TINY, "standard", "grpo-n4")
     assert outcome == report.CANNOT_TELL and "+2.0 points, 95% CI [-3.0, 7.0] over 3 seeds" in sentence
+    # mean 2, s = 2: t_{0.975,n-1} * 2 / sqrt(n) < 2 first at n = 7 (2.4469 < 2.6458; at 6, 2.5706 > 2.4495)
+    assert sentence.endswith("an interval would clear the threshold from 7 seeds.")
     sentence, outcome = report.base_gain_sentence(by_seed, TINY, "standard", "est")
     assert outcome == report.CANNOT_TELL and "+5.0 points on 1 seed (one seed: no interval)" in sentence
     worse = tables.weighted_by_seed(frame.assign(ave_at_k=frame["ave_at_k"].where(frame["origin"] == "run", 0.55)))
@@ -256,7 +263,7 @@ def test_report_file_has_the_headings_tables_sentences_and_figures(eval_df, trai
     assert (
         f"- {TINY}: no base model evaluated; `repro eval {TINY} --runs-root RUNS` and `repro collect` add it." in lines
     )
-    assert bullets[0].endswith("Verdict: **agrees**.")
+    assert "Verdict: **agrees**. Stability: **fragile**" in bullets[0]
     assert "Verdict: **disagrees**." in bullets[1] and "Verdict: **cannot tell**." in bullets[2]
     assert "- reward-curve: ![reward-curve](figures/reward-curve.png) ([PDF](figures/reward-curve.pdf))" in lines
     assert "sampling.pdf" not in text
@@ -319,8 +326,10 @@ def test_async_sentence_by_hand() -> None:
     assert outcome == report.AGREES
     assert sentence == (
         f"**Seq-balance async vs Seq-balance** ({TINY}, standard): measured paired difference +0.7 points, 95% CI "
-        '[-0.8, 2.1] over 3 seeds; against "no loss" (a loss smaller than 1.0 point): **agrees**. Step time: '
-        "0.75x the synchronous one's (1.50 s vs 2.00 s, same machine)."
+        '[-0.8, 2.1] over 3 seeds; against "no loss" (a loss smaller than 1.0 point): **agrees**. Stability: '
+        "**fragile**: the mean stays above -1.0 with any one of the 3 seeds left out; 3 fresh seeds would repeat this "
+        "verdict with probability 0.72 if the measured mean and spread (s = 0.6 points between seeds) were the "
+        "truth. Step time: 0.75x the synchronous one's (1.50 s vs 2.00 s, same machine)."
     )
     text = report.build_report(frame, training)
     assert "## Beyond the paper: sampling overlapped with training" in text and sentence in text

@@ -69,3 +69,43 @@ def test_one_common_seed_gives_no_interval() -> None:
     interval = stats.paired_interval({0: 48.0, 1: 50.0}, {0: 44.0, 2: 40.0})
     assert interval.n == 1 and interval.mean == 4.0 and not interval.has_interval
     assert stats.paired_interval({0: 1.0}, {1: 2.0}).n == 0
+
+
+# ------------------------------------------------------------------------------------------ how firm a verdict is
+
+
+def test_seeds_to_exclude_against_the_t_table() -> None:
+    # mean = spread: t_{0.975,n-1} / sqrt(n) < 1 first at n = 7 (t_5 = 2.5706 / 2.4495 = 1.049; t_6 = 2.4469 / 2.6458)
+    assert stats.seeds_to_exclude(1.0, 1.0) == 7
+    # mean = 2 spread: t_2 / sqrt(3) = 2.484 > 2; t_3 / 2 = 1.591 < 2 -> 4
+    assert stats.seeds_to_exclude(-2.0, 1.0) == 4
+    assert stats.seeds_to_exclude(0.0, 1.0) is None and stats.seeds_to_exclude(1e-4, 1.0, most=50) is None
+    assert stats.seeds_to_exclude(1.0, 0.0) == 2
+
+
+def test_repeat_probability_in_the_normal_limit_and_by_simulation() -> None:
+    from scipy.stats import norm
+
+    # many seeds: the t test is the z test, P = Phi(noncentrality - 1.96)
+    n, spread = 40_000, 1.0
+    for mean in (0.0098, 0.02, -0.015):
+        z = abs(mean) * math.sqrt(n) / spread
+        assert stats.repeat_probability(mean, spread, n) == pytest.approx(norm.cdf(z - 1.959964), abs=2e-3)
+    # three seeds, by simulation: how often a t interval over 3 normal draws excludes 0 on the mean's side
+    rng = np.random.default_rng(7)
+    mean, spread, trials = 1.0, 0.6, 200_000
+    draws = rng.normal(mean, spread, size=(trials, 3))
+    low = draws.mean(axis=1) - 4.302653 * draws.std(axis=1, ddof=1) / math.sqrt(3)
+    simulated = float(np.mean(low > 0))
+    se = math.sqrt(simulated * (1 - simulated) / trials)
+    assert stats.repeat_probability(mean, spread, 3) == pytest.approx(simulated, abs=4 * se)
+    assert math.isnan(stats.repeat_probability(1.0, 1.0, 1))
+
+
+def test_stability_leaves_each_seed_out_of_the_mean() -> None:
+    firm = stats.stability([1.0, 2.0, 3.0])
+    assert firm is not None and firm.sign_kept and firm.flips_without == () and firm.spread == pytest.approx(1.0)
+    # [-4, 1, 1.5]: mean -0.5; leaving out -4 gives +1.25, the others -1.5 and -1.25
+    shaky = stats.stability([-4.0, 1.0, 1.5])
+    assert shaky is not None and not shaky.sign_kept and shaky.flips_without == (0,)
+    assert stats.stability([1.0, 2.0]) is None and stats.stability([1.0, float("nan"), 2.0]) is None

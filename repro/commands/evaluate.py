@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from repro import arithmetic
 from repro.commands.options import Backend
 from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
@@ -397,7 +398,7 @@ def _evaluate_share(
     if plan.backend == "transformers" and os.environ.get("OMP_NUM_THREADS", "").isdigit():
         import torch
 
-        torch.set_num_threads(max(1, int(os.environ["OMP_NUM_THREADS"])))
+        torch.set_num_threads(arithmetic.threads(max(1, int(os.environ["OMP_NUM_THREADS"]))))
     k = settings.k
     todo: dict[str, list] = {}
     pending = 0

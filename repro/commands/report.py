@@ -47,6 +47,12 @@ def report(
         training_df = None
     target = out if out is not None else results / "REPORT.md"
     figures = builder.figure_links(results / "figures", target.resolve().parent)
-    text = builder.build_report(eval_df, training_df, figures, source=str(results), checkpoint=checkpoint)
+    try:
+        runs_df = load_table(results, "runs")
+    except ReproError:  # no runs table: the report has no arithmetic line
+        runs_df = None
+    text = builder.build_report(
+        eval_df, training_df, figures, source=str(results), checkpoint=checkpoint, runs_df=runs_df
+    )
     write_text(target, text)
     stderr_console().print(f"wrote {escape(str(target))}", soft_wrap=True)

@@ -12,7 +12,7 @@ import typer
 import yaml
 from rich.progress import TextColumn
 
-from repro import catalog
+from repro import arithmetic, catalog
 from repro.cell_config import (
     build_cpu_config,
     check_model_path,
@@ -224,7 +224,8 @@ def _train(config, path: Path, overwrite: bool, note: str | None, loggers: tuple
     ensure_data(config.data["data_seed"], backbone=config.backbone)
     ensure_built(catalog.get_backbone(config.backbone))
     launcher, job_id = launcher_from_env()
-    metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id)
+    # the CPU and kernels this attempt computes with (the config holds the pinned arithmetic itself)
+    metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id, extra={"arithmetic": arithmetic.in_force()})
     clear_stale_request(path, job_id)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     started = time.perf_counter()

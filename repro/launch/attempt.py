@@ -24,6 +24,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from repro import arithmetic
 from repro.errors import ReproError
 from repro.launch.allocations import (
     STOPPED_EXIT,
@@ -46,6 +47,14 @@ THREADS_ENV = "REPRO_TORCH_THREADS"  # CPU cells: torch threads, when a launcher
 def launcher_from_env() -> tuple[str, str | None]:
     """(launcher, job id) for an attempt record: what the launcher exported, else a plain local run."""
     return os.environ.get(LAUNCHER_ENV) or "local", os.environ.get(JOB_ID_ENV) or None
+
+
+def _trainer_env(argv: Sequence[str]) -> dict[str, str]:
+    """A CPU cell's trainer computes under the CPU arithmetic (repro.arithmetic); a GPU cell's gets the user's
+    own environment back, so the pin's one thread and AVX2 kernels never slow a cluster job."""
+    if "trainer.device=cpu" in argv:
+        return dict(os.environ)
+    return arithmetic.released(dict(os.environ))
 
 
 def run_attempt(rundir: RunDir, argv: Sequence[str]) -> int:
@@ -80,7 +89,7 @@ def run_attempt(rundir: RunDir, argv: Sequence[str]) -> int:
     try:
         extra = {"attention": attention} if attention else {}
         rundir.set_attempt(command=final, resumed_from_step=latest[0] if latest else None, **extra)
-        proc = subprocess.Popen(final)
+        proc = subprocess.Popen(final, env=_trainer_env(final))
         code = proc.wait()
     except BaseException as exc:
         rundir.end_attempt("failed", f"{type(exc).__name__}: {exc}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
-from repro import catalog
+from repro import arithmetic, catalog
 from repro.errors import ReproError
 from repro.tasks.tiny_arith import TIERS
 
@@ -112,6 +112,7 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["train"] = asdict(self.train)
+        out["arithmetic"] = arithmetic.fingerprint()  # a resume under another arithmetic is another run
         if not self.train.async_rollout:  # a sync run's config reads as before the option existed (resumable)
             del out["train"]["async_rollout"]
         return out

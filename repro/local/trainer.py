@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from repro import arithmetic
 from repro.launch.allocations import discard_request, stop_request
 from repro.launch.attempt import THREADS_ENV
 from repro.local.config import RunConfig
@@ -190,7 +191,8 @@ class CpuTrainer:
         self.loggers = tuple(loggers)  # not part of the config: a resume may change them
         # a launcher running several cells at once gives each its share of the cores (REPRO_TORCH_THREADS);
         # not part of the config, so the same run may resume under another launcher
-        torch.set_num_threads(int(os.environ.get(THREADS_ENV) or self.train.threads))
+        # (repro.arithmetic pins one thread: the thread count is part of the arithmetic)
+        torch.set_num_threads(arithmetic.threads(int(os.environ.get(THREADS_ENV) or self.train.threads)))
         self.spec = SamplerSpec.from_dict(config.sampler)
         model_path = config.model["path"]
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)

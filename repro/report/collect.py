@@ -47,7 +47,17 @@ from repro.report.schema import RUN_KEYS, TABLES, WEIGHTED_AVERAGE
 from repro.rundir import RunDir, read_attempt
 
 LOCK_NAME = ".collect.lock"
-RUNS_COLUMNS = (*RUN_KEYS, "state", "steps_logged", "corrupt_lines", "duplicate_steps", "metrics_files", "path")
+RUNS_COLUMNS = (
+    *RUN_KEYS,
+    "state",
+    "steps_logged",
+    "corrupt_lines",
+    "duplicate_steps",
+    "metrics_files",
+    "path",
+    "arithmetic",  # the CPU arithmetic the config records (repro.arithmetic.describe), None for GPU cells
+    "cpu",  # the CPU models its attempts ran on, "; "-joined, None where no attempt recorded one
+)
 EVAL_COLUMNS = (*RUN_KEYS, "checkpoint_step", "benchmark", "problems", "k", "ave_at_k")  # then pass@<k>, k ascending
 
 MODEL_COLUMNS = ("origin", "model")  # appended to the eval table only when a model run folder was collected
@@ -85,6 +95,8 @@ class RunInfo:
     duplicate_steps: int  # steps present in more than one attempt file (the later attempt's record is kept)
     metrics_files: int
     eval_checkpoints: tuple[int, ...]  # checkpoint steps with a readable eval summary
+    arithmetic: str | None = None
+    cpu: str | None = None
 
 
 @dataclass
@@ -319,8 +331,25 @@ def _read_run(folder: Path, warnings: list[str]) -> tuple[RunInfo, list[dict], l
         duplicate_steps=metrics.duplicate_steps,
         metrics_files=metrics.files,
         eval_checkpoints=tuple(eval_steps),
+        **_arithmetic_of(config, run),
     )
     return info, training, evals
+
+
+def _arithmetic_of(config: dict, run: RunDir) -> dict[str, str | None]:
+    """The arithmetic a CPU run's config records and the CPUs its attempts ran on (repro.arithmetic)."""
+    from repro import arithmetic
+
+    recorded = config.get("arithmetic")
+    try:
+        attempts = run.status().get("attempts", [])
+    except (ReproError, OSError, ValueError):
+        attempts = []
+    cpus = sorted({a["arithmetic"]["cpu"] for a in attempts if isinstance(a.get("arithmetic"), dict)})
+    return {
+        "arithmetic": arithmetic.describe(recorded) if isinstance(recorded, dict) else None,
+        "cpu": "; ".join(cpus) or None,
+    }
 
 
 def _read_model_folder(folder: Path, warnings: list[str]) -> tuple[RunInfo, list[dict]]:
@@ -390,6 +419,8 @@ def _runs_frame(runs: list[RunInfo], root: Path) -> pd.DataFrame:
             "duplicate_steps": r.duplicate_steps,
             "metrics_files": r.metrics_files,
             "path": _relative(r.path, root),
+            "arithmetic": r.arithmetic,
+            "cpu": r.cpu,
         }
         for r in runs
     ]

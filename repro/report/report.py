@@ -135,8 +135,10 @@ def async_sentence(
     outcome = no_loss_verdict(interval)
     sentence = (
         f'**{comparison.title}** ({backbone}, {comparison.prompt_set}): {measured}; against "no loss" (a loss '
-        f"smaller than {NO_LOSS_MARGIN:.1f} point): **{outcome}**."
+        f"smaller than {NO_LOSS_MARGIN:.1f} point): **{outcome}**. "
     )
+    values = tables.paired_values(by_seed, backbone, comparison.prompt_set, comparison.method, comparison.reference)
+    sentence += stability_clause(values, outcome, shift=NO_LOSS_MARGIN)
     seconds = _step_seconds(step_time, backbone, comparison)
     if seconds is not None:
         ratio, mine, theirs = seconds
@@ -295,7 +297,52 @@ def base_gain_sentence(by_seed: pd.DataFrame, backbone: str, prompt_set: str, me
             f"{_points(interval.mean)} points, 95% CI [{_number(interval.low)}, {_number(interval.high)}] over "
             f"{interval.n} seeds"
         )
-    return f"{head}: {_number(base)} -> {_number(base + interval.mean)}, {measured}. Verdict: **{outcome}**.", outcome
+    gains, _ = tables.gain_values(by_seed, backbone, prompt_set, method)
+    stability = stability_clause(gains, outcome)
+    return (
+        f"{head}: {_number(base)} -> {_number(base + interval.mean)}, {measured}. Verdict: **{outcome}**. {stability}",
+        outcome,
+    )
+
+
+FIRM_REPEAT = 0.8  # a decided verdict is "firm" when n fresh seeds would repeat it at least this often
+
+
+def stability_clause(values: Sequence[float], outcome: str, shift: float = 0.0) -> str:
+    """How firm a verdict over per-seed `values` is (repro.report.stats, "how firm a verdict is"): whether one
+    seed carries the sign, how often as many fresh seeds would repeat a decided verdict, and for an undecided
+    one how many seeds would decide it at the measured mean and spread. `shift` moves the threshold from 0
+    (the no-loss verdict's margin)."""
+    shifted = [v + shift for v in values]
+    found = stats.stability(shifted)
+    if found is None:
+        return f"Stability: {len(shifted)} seed(s), too few to judge (3 or more)."
+    n = len(shifted)
+    side = f"{'above' if sum(shifted) > 0 else 'below'} {_points(-shift)}"
+    kept, flipped = (
+        ("keeps its sign", "flips the mean")
+        if not shift
+        else (f"stays {side}", f"takes the mean past {_points(-shift)}")
+    )
+    sign = (
+        f"the mean {kept} with any one of the {n} seeds left out"
+        if found.sign_kept
+        else f"one seed carries the verdict: leaving it out {flipped} ({len(found.flips_without)} of {n} seeds)"
+    )
+    spread = f"s = {found.spread:.1f} points between seeds"
+    if outcome == CANNOT_TELL:
+        need = found.seeds_to_exclude
+        decide = (
+            f"at the measured mean and spread ({spread}) an interval would clear the threshold from {need} seeds"
+            if need is not None
+            else f"no number of seeds up to 1000 would decide it at the measured mean and spread ({spread})"
+        )
+        return f"Stability: {sign}; {decide}."
+    firm = "firm" if found.sign_kept and found.repeat >= FIRM_REPEAT else "fragile"
+    return (
+        f"Stability: **{firm}**: {sign}; {n} fresh seeds would repeat this verdict with probability "
+        f"{found.repeat:.2f} if the measured mean and spread ({spread}) were the truth."
+    )
 
 
 def comparison_sentence(
@@ -310,13 +357,29 @@ def comparison_sentence(
     reported, delta = _paper_clause(backbone, comparison)
     outcome = verdict(interval, delta)
     sentence = f"**{comparison.title}** ({backbone}, {comparison.prompt_set}): {measured}; {reported}. "
-    sentence += f"Verdict: **{outcome}**."
+    sentence += f"Verdict: **{outcome}**. "
+    values = tables.paired_values(by_seed, backbone, comparison.prompt_set, comparison.method, comparison.reference)
+    sentence += stability_clause(values, outcome)
     if comparison.cost:
         sentence += " " + _cost_clause(sampling, step_time, backbone, comparison)
     return sentence, outcome
 
 
 # ------------------------------------------------------------------------------------------ the file
+
+
+def arithmetic_lines(runs_df: pd.DataFrame | None) -> list[str]:
+    """The report's header line on what the runs computed with (repro.arithmetic): the pinned arithmetic and
+    the CPUs, counted over runs, so a reader on another machine knows whether to expect the same bits."""
+    if runs_df is None or runs_df.empty or "arithmetic" not in runs_df.columns:
+        return []
+    trained = runs_df[runs_df["method"].notna()] if "method" in runs_df.columns else runs_df
+
+    def counted(column: str) -> str:
+        counts = trained[column].fillna("not recorded").value_counts()
+        return "; ".join(f"{name} ({count} runs)" for name, count in sorted(counts.items()))
+
+    return [f"Arithmetic: {counted('arithmetic')}. CPUs: {counted('cpu')}.", ""]
 
 
 def figure_links(figures_dir: Path, relative_to: Path) -> list[str]:
@@ -348,6 +411,7 @@ def build_report(
     *,
     source: str = "results",
     checkpoint: str | int = "final",
+    runs_df: pd.DataFrame | None = None,
 ) -> str:
     """The markdown text of REPORT.md from the tidy eval (and training) tables and the figure lines."""
     by_seed = tables.weighted_by_seed(eval_df, checkpoint=checkpoint)
@@ -360,6 +424,7 @@ def build_report(
         f"Generated by `repro report` from `{source}` (checkpoint: {checkpoint}). Accuracies are weighted Ave@k "
         "in percent; differences are in percentage points.",
         "",
+        *arithmetic_lines(runs_df),
         "## Comparisons with the paper",
         "",
         "Each sentence gives the measured paired difference of the weighted average (method - reference on the "
@@ -369,7 +434,12 @@ def build_report(
         "contains 0, or one seed gives no interval, or the paper reports no difference). The t interval "
         "because seeds are few: it is exact for normal seed-to-seed noise and honest about small n, where a "
         "bootstrap over 3 values is degenerate. A backbone the paper did not train (tiny-arith) is compared "
-        "against the paper's Qwen2.5-Math-1.5B rows.",
+        "against the paper's Qwen2.5-Math-1.5B rows. Each verdict then says how firm it is: whether one seed "
+        "carries the sign (the mean with each seed left out; an interval over the 2 seeds left would be "
+        "t_{0.975,1} = 12.7 wide and contain 0 for almost any data, so it would say nothing), how often as "
+        f"many fresh seeds would repeat a decided verdict if the measured mean and spread were the truth "
+        f"(the t test's power at the measured effect; **firm** at {FIRM_REPEAT:.1f} or more with the sign "
+        "kept, else **fragile**), and for **cannot tell** how many seeds would decide it.",
         "",
     ]
     if not backbones:

@@ -20,7 +20,18 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["LEVEL", "Interval", "paired_differences", "paired_interval", "t_interval", "t_quantile"]
+__all__ = [
+    "LEVEL",
+    "Interval",
+    "Stability",
+    "paired_differences",
+    "paired_interval",
+    "repeat_probability",
+    "seeds_to_exclude",
+    "stability",
+    "t_interval",
+    "t_quantile",
+]
 
 LEVEL = 0.95
 
@@ -72,3 +83,69 @@ def paired_interval(
 ) -> Interval:
     """The t interval of the paired differences; n is the number of seeds both have."""
     return t_interval(paired_differences(values, reference), level)
+
+
+# ------------------------------------------------------------------------------------------ how firm a verdict is
+#
+# With 3 seeds, leaving one out leaves a t interval on 2 values (t_{0.975,1} = 12.7): it contains 0 for
+# almost any data, so "survives leaving out a seed" as an interval would brand every verdict fragile and say
+# nothing. The report gives three figures instead, each about a different way a verdict could be luck:
+# - whether one seed carries the sign: the mean of the other n-1 seeds keeps the sign with any one left out;
+# - how often a fresh set of n seeds would give the same verdict, if the measured mean and spread were the
+#   truth: the power of the t test at the measured effect, P(T > t_crit) + P(T < -t_crit) on the right side,
+#   T noncentral t with n-1 degrees of freedom and noncentrality mean / (s / sqrt(n)). A verdict whose
+#   interval just clears 0 repeats about half the time; one far from 0, nearly always;
+# - how many seeds an interval needs to clear 0 at the measured mean and spread (t_{n-1} s / sqrt(n) < |mean|).
+
+
+class Stability(NamedTuple):
+    sign_kept: bool  # the mean of every n-1 seeds has the sign of the full mean
+    flips_without: tuple[int, ...]  # positions (in seed order) whose leaving out flips the sign
+    repeat: float  # probability that n fresh seeds give an interval excluding 0 on the measured side
+    seeds_to_exclude: int | None  # smallest n whose interval clears 0 at the measured mean and spread
+    spread: float  # s, the seed-to-seed standard deviation of the values (ddof=1)
+
+
+def seeds_to_exclude(mean: float, spread: float, level: float = LEVEL, most: int = 1000) -> int | None:
+    """The smallest n >= 2 with t_{(1+level)/2, n-1} * spread / sqrt(n) < |mean|; None past `most` seeds
+    (or for a mean of 0)."""
+    if not math.isfinite(mean) or mean == 0 or not math.isfinite(spread):
+        return None
+    if spread == 0:
+        return 2
+    for n in range(2, most + 1):
+        if t_quantile(n - 1, level) * spread / math.sqrt(n) < abs(mean):
+            return n
+    return None
+
+
+def repeat_probability(mean: float, spread: float, n: int, level: float = LEVEL) -> float:
+    """P(a t interval over n fresh values excludes 0 on the side of `mean`), the values normal with this mean
+    and standard deviation: the noncentral t's upper tail past t_crit. NaN for n < 2."""
+    if n < 2 or not (math.isfinite(mean) and math.isfinite(spread)) or spread <= 0:
+        return math.nan
+    from scipy.stats import nct
+
+    crit = t_quantile(n - 1, level)
+    noncentrality = abs(mean) / (spread / math.sqrt(n))
+    return float(nct.sf(crit, n - 1, noncentrality))
+
+
+def stability(values: Iterable[float], level: float = LEVEL) -> Stability | None:
+    """How firm the interval of `values` is (the three figures above); None below 3 finite values."""
+    array = np.asarray(list(values), dtype=float)
+    array = array[np.isfinite(array)]
+    n = int(array.size)
+    if n < 3:
+        return None
+    mean, spread = float(array.mean()), float(array.std(ddof=1))
+    sign = np.sign(mean)
+    left_out = [(float(array.sum()) - float(x)) / (n - 1) for x in array]
+    flips = tuple(i for i, m in enumerate(left_out) if np.sign(m) != sign or m == 0)
+    return Stability(
+        sign_kept=not flips,
+        flips_without=flips,
+        repeat=repeat_probability(mean, spread, n, level),
+        seeds_to_exclude=seeds_to_exclude(mean, spread, level),
+        spread=spread,
+    )

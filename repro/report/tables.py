@@ -33,6 +33,7 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from repro import paper
@@ -51,6 +52,7 @@ __all__ = [
     "latex_escape",
     "missing_measured",
     "paired_difference",
+    "paired_values",
     "row_label",
     "sampling_table",
     "sorted_backbones",
@@ -321,6 +323,13 @@ def paired_difference(
     """The t interval of d_s = weighted(method, s) - weighted(reference, s), percentage points, over the
     seeds both trained runs have with the same benchmarks measured (same backbone and prompt set: the same
     data order). n = 0 when they share no such seed; no interval when they share one."""
+    return stats.t_interval(paired_values(by_seed, backbone, prompt_set, method, reference))
+
+
+def paired_values(
+    by_seed: pd.DataFrame, backbone: str, prompt_set: str, method: str, reference: str = REFERENCE_METHOD
+) -> np.ndarray:
+    """The d_s of `paired_difference`, in seed order (what a verdict's stability is computed from)."""
     cell = by_seed[(by_seed["backbone"] == backbone) & (by_seed["prompt_set"] == prompt_set)]
     cell = cell[cell["trained"].astype(bool)]
 
@@ -330,21 +339,27 @@ def paired_difference(
 
     mine, theirs = per_seed(method), per_seed(reference)
     like = [s for s in mine if s in theirs and mine[s][1] == theirs[s][1]]
-    return stats.paired_interval({s: mine[s][0] for s in like}, {s: theirs[s][0] for s in like})
+    return stats.paired_differences({s: mine[s][0] for s in like}, {s: theirs[s][0] for s in like})
 
 
 def gain_over_base(by_seed: pd.DataFrame, backbone: str, prompt_set: str, method: str) -> tuple[stats.Interval, float]:
-    """(the t interval of g_s = weighted(method, s) - weighted(base model) over the method's seeds, the base
-    model's weighted average): how much RL moved the model it started from. The base model is one evaluated
+    """The t interval of `gain_values` and the base model's weighted average."""
+    gains, base = gain_values(by_seed, backbone, prompt_set, method)
+    empty = stats.Interval(math.nan, math.nan, math.nan, 0)
+    return (stats.t_interval(gains) if len(gains) else empty), base
+
+
+def gain_values(by_seed: pd.DataFrame, backbone: str, prompt_set: str, method: str) -> tuple[np.ndarray, float]:
+    """(g_s = weighted(method, s) - weighted(base model) over the method's seeds, the base model's weighted
+    average): how much RL moved the model it started from. The base model is one evaluated
     model (no seed), so its own sampling noise is a shared offset the interval does not include; only seeds
-    whose benchmarks match the base model's count. NaN base and n = 0 when the base model was not evaluated."""
+    whose benchmarks match the base model's count. NaN base and no g_s when the base model was not evaluated."""
     from repro.report.collect import BASE_MODEL_LABEL
 
     rows = by_seed[by_seed["backbone"] == backbone]
     base = rows[rows["method"] == BASE_MODEL_LABEL]
-    empty = stats.Interval(math.nan, math.nan, math.nan, 0)
     if len(base) != 1:
-        return empty, math.nan
+        return np.array([], dtype=float), math.nan
     base_value, base_benchmarks = float(base["weighted"].iloc[0]), base["benchmarks"].iloc[0]
     trained = rows[rows["trained"].astype(bool) & (rows["prompt_set"] == prompt_set) & (rows["method"] == method)]
     gains = [
@@ -352,7 +367,7 @@ def gain_over_base(by_seed: pd.DataFrame, backbone: str, prompt_set: str, method
         for w, b in zip(trained["weighted"], trained["benchmarks"], strict=True)
         if b == base_benchmarks
     ]
-    return (stats.t_interval(gains) if gains else empty), base_value
+    return np.array(gains, dtype=float), base_value
 
 
 def _seed_intervals(table: pd.DataFrame, by_seed: pd.DataFrame) -> None:

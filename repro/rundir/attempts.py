@@ -61,7 +61,9 @@ class RunAttempts(RunStatus, RunLock, RunMetrics):
         super().__init__(path)
         self._attempt: int | None = None
 
-    def begin_attempt(self, launcher: str = "local", job_id: str | None = None) -> Path:
+    def begin_attempt(
+        self, launcher: str = "local", job_id: str | None = None, extra: dict[str, Any] | None = None
+    ) -> Path:
         """Lock the run for this process, repair torn tails, record a new attempt; return its metrics path.
 
         The lock fd stays open on this object: the kernel drops the lock when the process dies, which is
@@ -92,6 +94,7 @@ class RunAttempts(RunStatus, RunLock, RunMetrics):
             }
             if repaired:
                 record["repaired"] = repaired
+            record.update(extra or {})
             attempts.append(record)
             status["state"] = "running"
             self._write_status(status)

@@ -221,8 +221,6 @@ def _register_engines() -> None:
         EngineRegistry.register(model_type=model_type, backend=["fsdp", "fsdp2"], device=PLATFORM)(engine)
 
 
-
-
 def _register_rollout() -> None:
     from verl.workers.rollout import base
     from verl.workers.rollout.replica import RolloutReplicaRegistry

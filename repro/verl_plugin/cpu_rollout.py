@@ -42,6 +42,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
+from repro import arithmetic
 from repro.local.generate import compact_due, last_logits_only, left_pad, positions, select_cache_rows
 from repro.verl_plugin import audit
 from repro.verl_plugin.admission import admit
@@ -184,7 +185,7 @@ class CpuRolloutServer:
         self.model_config = model_config
         path = getattr(model_config, "local_path", None) or model_config.path
         threads = int(os.environ.get("REPRO_TORCH_THREADS", "1"))
-        torch.set_num_threads(max(1, threads))
+        torch.set_num_threads(arithmetic.threads(max(1, threads)))
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         eos: set[int] = set()
         try:

@@ -100,7 +100,6 @@ class CpuWorkerExtension(vLLMColocateWorkerExtension):
             self._repro_digest = digest.hexdigest()[:16]
         logger.info("weight sync: %d tensors received, %s", counts["tensors"], "dropped" if drop else "loaded")
 
-
     def repro_weights_digest(self) -> str:
         """A digest of the weights the engine serves: of the last synced tensors, or (before any sync) of the
         parameters it started with (vLLM's own layout, so comparable only with another start's digest)."""

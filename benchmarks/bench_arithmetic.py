@@ -1,0 +1,95 @@
+"""What the CPU arithmetic pin (repro.arithmetic) costs in speed: one tiny-arith training cell and its
+evaluation, timed as `repro` runs them, pinned and native.
+
+Each variant is a fresh `python -m repro.cli` process on the same prepared $REPRO_HOME (model and data built
+once, before any timing): `repro run --model tiny-arith --method seq-balance --steps S` then `repro eval` of
+its final checkpoint. Variants:
+- pinned: AVX2 kernels, MKL_CBWR=COMPATIBLE, numpy without AVX512, 1 thread (what every `repro` computes);
+- native, 1 thread: REPRO_NATIVE_ARITHMETIC=1 with OMP_NUM_THREADS=1 (this CPU's own kernels, same threads);
+- native, default threads: REPRO_NATIVE_ARITHMETIC=1 as a standalone run would use the machine (2 threads).
+The ratios are what to quote: the machine is shared and absolute times drift between runs.
+
+    python benchmarks/bench_arithmetic.py [--steps 10] [--batch 8] [--repeats 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+VARIANTS = {
+    "pinned": {},
+    "native, 1 thread": {"REPRO_NATIVE_ARITHMETIC": "1", "OMP_NUM_THREADS": "1", "REPRO_TORCH_THREADS": "1"},
+    "native, default threads": {"REPRO_NATIVE_ARITHMETIC": "1"},
+}
+PINNED_NAMES = (
+    "ATEN_CPU_CAPABILITY",
+    "MKL_CBWR",
+    "ONEDNN_MAX_CPU_ISA",
+    "NPY_DISABLE_CPU_FEATURES",
+    "OPENBLAS_CORETYPE",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "REPRO_ARITHMETIC_SAVED",
+    "REPRO_ARITHMETIC_WARNED",
+    "REPRO_NATIVE_ARITHMETIC",
+)
+
+
+def _env(home: Path, extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in PINNED_NAMES}
+    return {**env, "REPRO_HOME": str(home), **extra}
+
+
+def _cli(args: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "repro.cli", *args], env=env, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="bench_arith_"))
+    try:
+        prepare = _env(home, {})
+        # the model and data, built once (pinned) so every variant trains the same starting weights' file
+        subprocess.run(
+            [sys.executable, "-c", "import repro.cli; from repro.local.weights import ensure_built; "
+             "from repro import catalog; from repro.tasks.tiny_arith import ensure_data; "
+             "ensure_data(0); ensure_built(catalog.get_backbone('tiny-arith'))"],
+            env=prepare, check=True,
+        )  # fmt: skip
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in VARIANTS}
+        for repeat in range(args.repeats):
+            for name, extra in VARIANTS.items():
+                runs = home / f"runs-{repeat}-{len(times[name])}-{name.replace(' ', '_').replace(',', '')}"
+                env = _env(home, extra)
+                train = _cli(["run", "--model", "tiny-arith", "--method", "seq-balance", "--steps", str(args.steps),
+                              "--batch", str(args.batch), "--runs-root", str(runs)], env)  # fmt: skip
+                run = runs / "tiny-arith__seq-balance__standard__s0"
+                evaluate = _cli(["eval", str(run), "--benchmarks", "tiny-math500", "--k", "4", "--pass-k", "1"], env)
+                times[name].append((train, evaluate))
+        base_train = min(t for t, _ in times["pinned"])
+        base_eval = min(e for _, e in times["pinned"])
+        print(f"tiny-arith seq-balance, {args.steps} steps of {args.batch} prompts, then Ave@4 on tiny-math500; "
+              f"best of {args.repeats}, seconds of the whole `repro` process")  # fmt: skip
+        print(f"{'variant':<26} {'train s':>8} {'eval s':>8} {'train vs pinned':>16} {'eval vs pinned':>15}")
+        for name, pairs in times.items():
+            train, evaluate = min(t for t, _ in pairs), min(e for _, e in pairs)
+            print(f"{name:<26} {train:8.1f} {evaluate:8.1f} {train / base_train:15.2f}x {evaluate / base_eval:14.2f}x")
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

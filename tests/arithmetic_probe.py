@@ -1,0 +1,67 @@
+"""The child process of test_arithmetic.py: builds a small tiny-arith model, trains a 2-step cell and evaluates
+it, all under `repro`'s CPU arithmetic, and prints one hash of each product. Run as
+`python tests/arithmetic_probe.py HOME`, with whatever kernel variables the test sets in its environment."""
+
+from __future__ import annotations
+
+import sys
+
+from repro import arithmetic
+
+arithmetic.pin()  # first, as repro.cli does
+
+import hashlib  # noqa: E402
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+TIMING = ("time", "seconds", "_s", "throughput", "per_s")  # metric names that hold wall-clock figures
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _metrics(path: Path) -> str:
+    """The run's logged metrics without the wall-clock ones (the only values a machine may change)."""
+    lines = []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        data = {k: v for k, v in record["data"].items() if not any(t in k for t in TIMING)}
+        lines.append(json.dumps({"step": record["step"], "data": data}, sort_keys=True))
+    return _digest("\n".join(lines).encode())
+
+
+def main(home: Path) -> None:
+    import os
+
+    import torch
+
+    os.environ["REPRO_HOME"] = str(home)
+
+    from repro.cli import main as cli
+    from repro.local.model import TinyModelSpec, ensure_tiny_model
+    from repro.tasks.tiny_arith import ensure_data
+
+    model = ensure_tiny_model(home=home, spec=TinyModelSpec(sft_steps=40, unboxed_share=0.0))
+    ensure_data(0, home=home)
+    runs = home / "runs"
+    assert cli(["run", "--model", "tiny-arith", "--method", "seq-balance", "--steps", "2", "--batch", "8",
+                "--runs-root", str(runs)]) == 0  # fmt: skip
+    run = runs / "tiny-arith__seq-balance__standard__s0"
+    assert cli(["eval", str(run), "--benchmarks", "tiny-math500", "--first-problems", "6", "--k", "2",
+                "--pass-k", "1"]) == 0  # fmt: skip
+    final = sorted((run / "checkpoints").glob("global_step_*"))[-1]
+    records = sorted((run / "eval").glob("*/tiny-math500.jsonl"))[-1]
+    out = {
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "model": _digest(b"".join(p.read_bytes() for p in sorted(model.glob("*.safetensors")))),
+        "checkpoint": _digest(b"".join(p.read_bytes() for p in sorted(final.rglob("*.safetensors")))),
+        "metrics": _metrics(run / "metrics" / "attempt-001.jsonl"),
+        "eval": _digest(records.read_bytes()),
+    }
+    print("PROBE " + json.dumps(out))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
