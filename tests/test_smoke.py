@@ -8,6 +8,7 @@ import re
 
 import pandas as pd
 import pytest
+from verl_slots import verl_slots
 
 from repro.cli import main
 
@@ -15,7 +16,8 @@ from repro.cli import main
 @pytest.mark.heavy
 def test_smoke_runs_every_stage_on_the_cpu(tiny_env, tmp_path, capsys) -> None:
     folder = tmp_path / "smoke"
-    code = main(["smoke", "--folder", str(folder)])
+    with verl_slots():  # its train stage is a verl run (tests/verl_slots.py)
+        code = main(["smoke", "--folder", str(folder)])
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if re.match(r"(PASS|FAIL|SKIP) ", line)]
     assert code == 0, out

@@ -64,7 +64,11 @@ def run_attempt(rundir: RunDir, argv: Sequence[str]) -> int:
     recorded as interrupted, so the next launch resumes from the last checkpoint.
     """
     launcher, job_id = launcher_from_env()
-    metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id)
+    # a CPU rehearsal's attempt records the arithmetic its processes inherit and the CPU (verl's config has no
+    # place for it); a GPU cell computes with the user's own environment
+    cpu = "trainer.device=cpu" in argv
+    extra = {"arithmetic": {**arithmetic.fingerprint(), "cpu": arithmetic.cpu_model()}} if cpu else None
+    metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id, extra=extra)
     clear_stale_request(rundir.path, job_id)
     take_honoured(rundir.path)  # a record no attempt collected (that attempt was killed) says nothing of this one
     latest = rundir.latest_checkpoint()  # what verl's resume_mode=auto loads: the tracker file's step
