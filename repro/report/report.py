@@ -319,15 +319,12 @@ def stability_clause(values: Sequence[float], outcome: str, shift: float = 0.0) 
         return f"Stability: {len(shifted)} seed(s), too few to judge (3 or more)."
     n = len(shifted)
     side = f"{'above' if sum(shifted) > 0 else 'below'} {_points(-shift)}"
-    kept, flipped = (
-        ("keeps its sign", "flips the mean")
-        if not shift
-        else (f"stays {side}", f"takes the mean past {_points(-shift)}")
-    )
+    kept = "keeps its sign" if not shift else f"stays {side}"
+    flips = "flips the mean's sign" if not shift else f"takes the mean past {_points(-shift)}"
     sign = (
         f"the mean {kept} with any one of the {n} seeds left out"
         if found.sign_kept
-        else f"one seed carries the verdict: leaving it out {flipped} ({len(found.flips_without)} of {n} seeds)"
+        else f"single seeds carry it: leaving out any one of {len(found.flips_without)} of the {n} seeds {flips}"
     )
     spread = f"s = {found.spread:.1f} points between seeds"
     if outcome == CANNOT_TELL:
@@ -373,7 +370,9 @@ def arithmetic_lines(runs_df: pd.DataFrame | None) -> list[str]:
     the CPUs, counted over runs, so a reader on another machine knows whether to expect the same bits."""
     if runs_df is None or runs_df.empty or "arithmetic" not in runs_df.columns:
         return []
-    trained = runs_df[runs_df["method"].notna()] if "method" in runs_df.columns else runs_df
+    from repro.report.collect import BASE_MODEL_LABEL
+
+    trained = runs_df[runs_df["method"] != BASE_MODEL_LABEL]  # a model's evaluation is not a run
 
     def counted(column: str) -> str:
         counts = trained[column].fillna("not recorded").value_counts()
