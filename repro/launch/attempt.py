@@ -49,10 +49,14 @@ def launcher_from_env() -> tuple[str, str | None]:
     return os.environ.get(LAUNCHER_ENV) or "local", os.environ.get(JOB_ID_ENV) or None
 
 
+def _cpu_cell(argv: Sequence[str]) -> bool:
+    return "trainer.device=cpu" in argv  # what every CPU rehearsal's overrides set (catalog/cpu_resources.yaml)
+
+
 def _trainer_env(argv: Sequence[str]) -> dict[str, str]:
     """A CPU cell's trainer computes under the CPU arithmetic (repro.arithmetic); a GPU cell's gets the user's
     own environment back, so the pin's one thread and AVX2 kernels never slow a cluster job."""
-    if "trainer.device=cpu" in argv:
+    if _cpu_cell(argv):
         return dict(os.environ)
     return arithmetic.released(dict(os.environ))
 
@@ -66,8 +70,7 @@ def run_attempt(rundir: RunDir, argv: Sequence[str]) -> int:
     launcher, job_id = launcher_from_env()
     # a CPU rehearsal's attempt records the arithmetic its processes inherit and the CPU (verl's config has no
     # place for it); a GPU cell computes with the user's own environment
-    cpu = "trainer.device=cpu" in argv
-    extra = {"arithmetic": {**arithmetic.fingerprint(), "cpu": arithmetic.cpu_model()}} if cpu else None
+    extra = {"arithmetic": {**arithmetic.fingerprint(), "cpu": arithmetic.cpu_model()}} if _cpu_cell(argv) else None
     metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id, extra=extra)
     clear_stale_request(rundir.path, job_id)
     take_honoured(rundir.path)  # a record no attempt collected (that attempt was killed) says nothing of this one
