@@ -90,12 +90,12 @@ def test_pin_overrides_the_users_values_and_a_gpu_cell_gets_them_back() -> None:
     assert arithmetic.released(again)["OMP_NUM_THREADS"] == "8"
 
 
-def test_the_attempt_wrapper_pins_a_cpu_cell_and_releases_a_gpu_one(monkeypatch) -> None:
+def test_the_attempt_wrapper_gives_verl_the_users_environment(monkeypatch) -> None:
     from repro.launch import attempt
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv(arithmetic.SAVED_ENV, json.dumps({"OMP_NUM_THREADS": "16"}))
-    assert attempt._trainer_env(["python", "-m", "x", "trainer.device=cpu"])["OMP_NUM_THREADS"] == "1"
+    assert attempt._trainer_env(["python", "-m", "x", "trainer.device=cpu"])["OMP_NUM_THREADS"] == "16"
     assert attempt._trainer_env(["python", "-m", "x", "trainer.n_gpus_per_node=8"])["OMP_NUM_THREADS"] == "16"
 
 

@@ -52,8 +52,8 @@ def test_verl_reads_the_same_scale_and_the_backbones_own_rows(tmp_path, monkeypa
         # that found the file where the first run had not would refuse the run as a different config
         assert len(pd.read_parquet(values["data.train_files"])) > 0
         assert values["actor_rollout_ref.model.path"] == str(built_folder(catalog.get_backbone(backbone)))
-    assert tiny_arith.data_folder(0, backbone=SMOL).name == "tiny-arith-v4-s0-one-shot"
-    assert tiny_arith.data_folder(0).name == "tiny-arith-v4-s0"
+    assert tiny_arith.data_folder(0, backbone=SMOL).name == "tiny-arith-v3-s0-one-shot"
+    assert tiny_arith.data_folder(0).name == "tiny-arith-v3-s0"
 
 
 def test_one_shot_rows_put_the_example_before_the_problem_and_read_back_to_it(tmp_path) -> None:

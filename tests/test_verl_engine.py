@@ -205,7 +205,8 @@ def test_grpo_n4_keeps_the_rollout_on_policy_and_the_control_drifts(control_runs
     assert sorted(kl_synced) == sorted(kl_dropped) == [1, 2, 3]
     assert max(kl_synced.values()) < 0.01, kl_synced
     assert kl_dropped[1] < 0.01  # step 1 samples from the initial weights in both runs
-    assert kl_dropped[3] > 10 * max(kl_synced.values()) and kl_dropped[3] > kl_dropped[2] > kl_dropped[1], kl_dropped
+    # the control drifts once the weights it keeps are a step behind (not always more at step 3 than at 2)
+    assert min(kl_dropped[2], kl_dropped[3]) > 10 * max(kl_synced.values()), kl_dropped
     events = audit.read("rollout", dropped / "metrics" / "attempt-001.jsonl")
     # verl starts vLLM on dummy weights, so the first sync (step 0) always loads; every later one is dropped
     assert [e["event"] for e in events] == ["start", "update", "dropped", "dropped", "dropped"]

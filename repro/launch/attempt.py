@@ -54,10 +54,10 @@ def _cpu_cell(argv: Sequence[str]) -> bool:
 
 
 def _trainer_env(argv: Sequence[str]) -> dict[str, str]:
-    """A CPU cell's trainer computes under the CPU arithmetic (repro.arithmetic); a GPU cell's gets the user's
-    own environment back, so the pin's one thread and AVX2 kernels never slow a cluster job."""
-    if _cpu_cell(argv):
-        return dict(os.environ)
+    """verl's trainer gets the user's own environment back (repro.arithmetic pins the project's own CPU
+    computations): on a GPU cell the pin's one thread and AVX2 kernels would slow a cluster job, and on a CPU
+    rehearsal vLLM's own kernels choose their ISA from the hardware whatever the variables say, so the
+    rehearsal's rollouts could not be pinned anyway; none of its numbers are committed results."""
     return arithmetic.released(dict(os.environ))
 
 
@@ -68,9 +68,8 @@ def run_attempt(rundir: RunDir, argv: Sequence[str]) -> int:
     recorded as interrupted, so the next launch resumes from the last checkpoint.
     """
     launcher, job_id = launcher_from_env()
-    # a CPU rehearsal's attempt records the arithmetic its processes inherit and the CPU (verl's config has no
-    # place for it); a GPU cell computes with the user's own environment
-    extra = {"arithmetic": {**arithmetic.fingerprint(), "cpu": arithmetic.cpu_model()}} if _cpu_cell(argv) else None
+    # a CPU rehearsal's attempt records the CPU it ran on, unpinned (see _trainer_env)
+    extra = {"arithmetic": {"pinned": False, "cpu": arithmetic.cpu_model()}} if _cpu_cell(argv) else None
     metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id, extra=extra)
     clear_stale_request(rundir.path, job_id)
     take_honoured(rundir.path)  # a record no attempt collected (that attempt was killed) says nothing of this one
