@@ -6,9 +6,10 @@ results of an Intel Xeon did not come out on an AMD EPYC, two verdicts included 
 (catalog/cpu_arithmetic.yaml) makes every machine compute what an AVX2 machine with one thread computes.
 
 Only environment variables can choose these kernels, and torch, MKL and numpy read them once, when they load:
-`pin()` runs first thing in `repro.cli` (and the test suite's conftest), and every process `repro` starts,
-Ray workers and vLLM's included, inherits the variables. GPU cells get the user's own environment back
-(`released`), so the pin never slows a cluster job.
+`pin()` runs first thing in `repro.cli` (and the test suite's conftest), and every process `repro` starts
+inherits the variables, except verl's trainer, which gets the user's own environment back (`released`): the
+pin would only slow a GPU cell, and vLLM's CPU kernels pick their ISA from the hardware, so a CPU rehearsal's
+rollouts cannot be pinned.
 
 stdlib and PyYAML only: this module must load before anything that imports numpy.
 """
