@@ -23,23 +23,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from repro import arithmetic
+
 VARIANTS = {
     "pinned": {},
     "native, 1 thread": {"REPRO_NATIVE_ARITHMETIC": "1", "OMP_NUM_THREADS": "1", "REPRO_TORCH_THREADS": "1"},
     "native, default threads": {"REPRO_NATIVE_ARITHMETIC": "1"},
 }
-PINNED_NAMES = (
-    "ATEN_CPU_CAPABILITY",
-    "MKL_CBWR",
-    "ONEDNN_MAX_CPU_ISA",
-    "NPY_DISABLE_CPU_FEATURES",
-    "OPENBLAS_CORETYPE",
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "REPRO_ARITHMETIC_SAVED",
-    "REPRO_ARITHMETIC_WARNED",
-    "REPRO_NATIVE_ARITHMETIC",
-)
+# what a shell holds before `repro` pins anything: the pin's own variables and its bookkeeping, from repro.arithmetic
+PINNED_NAMES = (*arithmetic.pinned_env(), arithmetic.SAVED_ENV, arithmetic.WARNED_ENV, arithmetic.opt_out_env())
 
 
 def _env(home: Path, extra: dict[str, str]) -> dict[str, str]:
