@@ -17,6 +17,7 @@ import pytest  # noqa: E402
 from clusters import slurm_cluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+_OWN_TEMP = pytest.StashKey[Path]()  # the base temp folder the session made itself (not a given --basetemp)
 
 # The suite runs in pytest-xdist workers (`-n 3 --dist loadgroup` in pyproject's addopts). A test that takes one of
 # these fixtures is marked with that fixture's group, and a group runs in one worker: an expensive session fixture
@@ -45,6 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller, before it starts the workers
         if config.option.basetemp is None:
             config.option.basetemp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+            config.stash[_OWN_TEMP] = Path(config.option.basetemp)
         # the verl runs' slots (tests/verl_slots.py): one folder for the whole session, outside every worker's
         os.environ["REPRO_TEST_SLOTS"] = tempfile.mkdtemp(prefix="slots", dir="/tmp")
         for var in ("COLUMNS", "LINES"):
@@ -61,6 +63,26 @@ def pytest_configure(config: pytest.Config) -> None:
                 os.environ[var] = value
             else:
                 os.environ.pop(var, None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove the folders this session made in /tmp: a whole run leaves about 5 GB there (verl's checkpoints,
+    the models, Ray's spill), and the disk is shared (a week of leftover runs once filled it and failed CI's
+    install). A failed session keeps its base folder for the logs, and says where it is."""
+    import shutil
+
+    config = session.config
+    if hasattr(config, "workerinput"):
+        return
+    shutil.rmtree(os.environ.get("REPRO_TEST_SLOTS", "/nonexistent"), ignore_errors=True)
+    own = config.stash.get(_OWN_TEMP, None)
+    if own is None:
+        return
+    if exitstatus == 0:
+        shutil.rmtree(own, ignore_errors=True)
+    else:
+        sys.stderr.write(f"\nthe failed session's files are kept in {own} (remove it when done: it is large)\n")
 
 
 def _group(item: pytest.Item) -> str | None:
