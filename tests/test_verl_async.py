@@ -1,15 +1,21 @@
-"""Seq-balance on verl's colocate_async trainer through the plugin (`repro run --async --engine verl`), killed
-with SIGKILL after its step-2 checkpoint and resumed.
+"""Est on verl's colocate_async trainer through the plugin (`repro run --method est --async --engine verl`),
+killed with SIGKILL after its step-2 checkpoint and resumed: the suite's one verl kill and resume of the tiny
+model (SmolLM2's, in test_smollm2_verl.py, is the sync trainer's).
 
 What it shows, read from verl's own metrics and the plugin's side files: the manager returned before the
 step's sampling was done (the next batches sampled while the trainer waited: `async/overlap_s` > 0),
-staleness reached past 0 and never passed the catalog's bound, resumed responses are counted, and after the
-resume every row verl trained found its prompt's pool statistics (restored from the checkpoint for the
-prompts sampled before the kill).
+staleness reached past 0 and never passed the catalog's bound, resumed responses are counted, every step is
+logged once across the kill, the resumed manager restored Est's estimator from exactly the checkpoint verl
+resumed from, and after the resume every row verl trained found its prompt's pool statistics (restored from
+the checkpoint for the prompts sampled before the kill) and was weighted as Est weighs it. Est rather than
+Seq-balance: its estimator is the one piece of the plugin's own state a resume must restore, and the sweep
+(tests/verl_sweep.py) already trains Seq-balance; one run shows both (a verl run costs about 2 min of
+start-up on 2 cores).
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -21,6 +27,8 @@ from repro import catalog
 from repro.verl_plugin import audit
 
 STEPS = 4
+METHOD = "est"
+BATCH = 8  # tests/verl_sweep.py's, which _argv passes
 STALE = "training/off_policy/trajectory_staleness_worst/max"  # versions behind, counted from a trajectory's start
 SPANS = "training/off_policy/trajectory_spans/max"  # weight versions one trajectory was sampled across
 # A server that samples at most one batch's round at a time (64 requests, vLLM's max_num_seqs): the batches in
@@ -33,8 +41,8 @@ AHEAD = ("actor_rollout_ref.rollout.max_num_seqs=64",)
 def async_run(verl_env, tmp_path_factory) -> Path:  # noqa: F811
     tmp = tmp_path_factory.mktemp("verl_async")
     runs = tmp / "runs"
-    run = runs / "tiny-arith__seq-balance-async__standard__s0"
-    argv = [*_argv(runs, "seq-balance", STEPS, "trainer.save_freq=2", *AHEAD), "--async"]
+    run = runs / f"tiny-arith__{METHOD}-async__standard__s0"
+    argv = [*_argv(runs, METHOD, STEPS, "trainer.save_freq=2", *AHEAD), "--async"]
     with verl_slots():
         kill_after_step(argv, verl_env, run, 2, tmp / "attempt-1.log", timeout=500)
         resumed = subprocess.run(argv, env=verl_env, capture_output=True, text=True, timeout=600)
@@ -45,9 +53,18 @@ def async_run(verl_env, tmp_path_factory) -> Path:  # noqa: F811
 def test_async_run_logs_every_step_once_across_the_kill(async_run) -> None:
     first, second = _metrics(async_run, 1), _metrics(async_run, 2)
     assert 2 in first and min(second) == 3
-    assert sorted({*first, *second}) == list(range(1, STEPS + 1))
+    assert sorted([*first, *second]) == list(range(1, STEPS + 1))  # each step once across both attempts
     config = (async_run / "config.yaml").read_text()
     assert "trainer.v1.trainer_mode=repro_colocate_async" in config
+    states = [a["state"] for a in json.loads((async_run / "status.json").read_text())["attempts"]]
+    assert states in (["interrupted", "finished"], ["failed", "finished"]), states
+
+
+def test_the_resumed_run_restores_the_estimator_of_the_checkpoint_verl_resumed_from(async_run) -> None:
+    assert (async_run / "checkpoints" / "global_step_2" / "reinforce_ada_state.json").exists()
+    restored = audit.read("est", async_run / "metrics" / "attempt-002.jsonl")
+    assert [r["restored_step"] for r in restored] == [2]
+    assert all(any(k.startswith("est/") for k in record) for record in _metrics(async_run, 2).values())
 
 
 def test_staleness_stays_within_the_bound_and_sampling_overlaps(async_run) -> None:
@@ -86,5 +103,8 @@ def test_every_trained_row_finds_its_pool_after_the_resume(async_run) -> None:
     assert len(updates) == STEPS - 2
     for batch in updates:
         assert all(batch["known"]), batch["uid"]
-        for score, mean, adv in zip(batch["score"], batch["pool_mean"], batch["advantage"], strict=True):
-            assert adv == pytest.approx(score - mean, abs=1e-9)  # Seq-balance: r minus the pool mean, weight 1
+        # Est trains on every response drawn, weighted: A = (r - pool mean) x w, with w from the estimator
+        rows = zip(batch["score"], batch["pool_mean"], batch["weight"], batch["advantage"], strict=True)
+        for score, mean, weight, adv in rows:
+            assert adv == pytest.approx((score - mean) * weight, abs=1e-9)
+        assert len(batch["uid"]) == 8 * BATCH  # Est's budget: n_avg = 8 responses a prompt on average
