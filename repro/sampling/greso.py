@@ -1,0 +1,138 @@
+"""GRESO's pre-rollout skipping ("Act only when it pays", github Infini-AI-Lab/GRESO at b277843), rule for rule.
+
+Before any rollout, a prompt whose recent groups were all solved (group mean >= 0.98) or none solved (mean
+<= 0.11) is skipped with a probability that grows with the length of that streak: 1 - max(p^c, 0.01), with
+separate keep factors p_easy and p_hard. After each step both factors move by 0.01 toward a target share of
+zero-variance groups (a third of the target for all-solved groups, two thirds for the all-format-only ones),
+within [0.05, 0.95]. The kept prompts are rolled out DAPO-style: zero-variance groups are dropped and rounds
+are added until the update batch is full, each refill sized from the last round's zero-variance share.
+PS = verl/trainer/ttis/presampling_selector.py, RT = verl/trainer/ppo/ray_trainer.py.
+
+Followed where the authors' code is defined, quirks included:
+- a prompt's history is the mean reward of every group it was rolled out in, dropped groups included
+  (RT:1119-1132); only the trailing streak counts, and a skipped prompt's streak is frozen;
+- the shares steering the factors count all-solved groups (every reward == 1) and all-format-only groups
+  (every reward == the format score 0.1) among the responses of every round since the last step; all-wrong
+  groups (every reward 0) count as neither (RT:1112-1114 with metric_utils.py:205-212), so with 0/1 rewards
+  p_hard only ever rises;
+- the first epoch does not move the factors (RT:1207).
+Where it is not defined, this module diverges, and says so:
+- a round whose groups are all zero-variance makes the refill size divide by zero (RT:1156); here the refill
+  is the largest round (`sampling_batch_size` prompts) and not the last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+EASY_MEAN = 0.98  # a group counted solved for the streak (PS:112)
+HARD_MEAN = 0.11  # a group counted unsolved (PS:131, PS:137)
+KEEP_FLOOR = 0.01  # the smallest keep probability: every prompt keeps a 1% chance (PS:117, PS:142)
+FACTOR_STEP = 0.01  # the keep factors' move per step (RT:1212-1219)
+OVERPROVISION = 1.25  # the refill's margin (RT:1156)
+REFILL_FLOOR = 64  # the smallest refill round, in prompts (RT:1162)
+FORMAT_SCORE = 0.1  # the latex_math scorer's reward for a wrong boxed answer: "hard" in the shares
+EASY, HARD, KEPT = 0, 1, 2  # the authors' skip log (PS:239-247)
+
+
+@dataclass(frozen=True)
+class GresoSettings:
+    """Every knob, defaults as in train-scripts/math_qwen_7b_dm_greso.sh (L19-23) or the code."""
+
+    p_easy: float = 0.5  # data.p_easy: the initial keep factor of all-solved streaks (L19)
+    p_hard: float = 0.5  # data.p_hard (L20)
+    target_zero_variance: float = 0.25  # data.target_zero_variance (L21)
+    min_p: float = 0.05  # data.min_p (RT:1203)
+    max_p: float = 0.95  # data.max_p (RT:1204)
+    sampling_batch_size: int = 384  # prompts per rollout round (L22); the refill's cap
+    n: int = 8  # rollout.n (L43)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0 < self.min_p <= self.max_p < 1:
+            problems.append(f"need 0 < min_p <= max_p < 1, got {self.min_p}, {self.max_p}")
+        for name in ("p_easy", "p_hard"):
+            if not 0 < getattr(self, name) <= 1:
+                problems.append(f"{name} must be in (0, 1]")
+        if not 0 <= self.target_zero_variance < 1:
+            problems.append("target_zero_variance must be in [0, 1)")
+        if self.sampling_batch_size < 1 or self.n < 2:
+            problems.append("sampling_batch_size must be >= 1 and n >= 2")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def targets(self) -> tuple[float, float]:
+        """The zero-variance shares the factors steer to: (all-solved, all-format-only) (RT:298-299)."""
+        return self.target_zero_variance / 3, self.target_zero_variance * 2 / 3
+
+
+def _streak(history: Sequence[float], solved: bool) -> int:
+    count = 0
+    for mean in reversed(history):
+        if (mean >= EASY_MEAN) if solved else (mean <= HARD_MEAN):
+            count += 1
+        else:
+            break
+    return count
+
+
+def skip_probabilities(history: Sequence[float], p_easy: float, p_hard: float) -> tuple[float | None, float | None]:
+    """(easy, hard): the chance the prompt is skipped as all-solved, then (if it was not) as unsolved; None
+    where the authors' code returns before drawing (no history; last group mean above 0.11)."""
+    if not history:
+        return None, None
+    easy = 1 - max(p_easy ** _streak(history, True), KEEP_FLOOR)
+    if history[-1] > HARD_MEAN:
+        return easy, None
+    return easy, 1 - max(p_hard ** _streak(history, False), KEEP_FLOOR)
+
+
+def skip(histories: Sequence[Sequence[float]], p_easy: float, p_hard: float, draw: Callable[[], float]) -> list[int]:
+    """EASY, HARD or KEPT for each prompt, in order, drawing uniform numbers as the authors do: one for every
+    prompt with a history, a second one only for a prompt not skipped as easy whose last mean is <= 0.11."""
+    out = []
+    for history in histories:
+        easy, hard = skip_probabilities(history, p_easy, p_hard)
+        if easy is not None and draw() < easy:
+            out.append(EASY)
+        elif hard is not None and draw() < hard:
+            out.append(HARD)
+        else:
+            out.append(KEPT)
+    return out
+
+
+def update_factors(
+    p_easy: float, p_hard: float, easy_share: float, hard_share: float, settings: GresoSettings
+) -> tuple[float, float]:
+    """Each keep factor one FACTOR_STEP down when its share reached its target (skip more), else up."""
+    target_easy, target_hard = settings.targets
+
+    def move(p: float, share: float, target: float) -> float:
+        if share >= target:
+            return max(p - FACTOR_STEP, settings.min_p)
+        return min(p + FACTOR_STEP, settings.max_p)
+
+    return move(p_easy, easy_share, target_easy), move(p_hard, hard_share, target_hard)
+
+
+def group_shares(groups: Sequence[Sequence[float]]) -> tuple[float, float]:
+    """(all-solved, all-format-only) shares of a round's groups, as the factors' update counts them."""
+    if not groups:
+        return 0.0, 0.0
+    easy = sum(all(r == 1 for r in g) for g in groups)
+    hard = sum(all(r == FORMAT_SCORE for r in g) for g in groups)
+    return easy / len(groups), hard / len(groups)
+
+
+def refill(missing: int, zero_variance_share: float, settings: GresoSettings) -> tuple[int, bool]:
+    """(prompts to roll out next, whether that round is the last): enough for the `missing` responses at the
+    last round's zero-variance share, 25% over, within [64, sampling_batch_size] prompts; the round is the
+    last when the estimate fits (RT:1155-1162). All zero-variance: the largest round (module doc)."""
+    if zero_variance_share >= 1:
+        return max(settings.sampling_batch_size, REFILL_FLOOR), False
+    estimate = int(missing / (1 - zero_variance_share) / settings.n * OVERPROVISION)
+    last = estimate <= settings.sampling_batch_size
+    return max(min(estimate, settings.sampling_batch_size), REFILL_FLOOR), last
