@@ -60,6 +60,18 @@ def test_async_run_logs_every_step_once_across_the_kill(async_run) -> None:
     assert states in (["interrupted", "finished"], ["failed", "finished"]), states
 
 
+def test_the_resumed_server_takes_the_restored_weights_not_the_base_model(async_run) -> None:
+    """verl starts vLLM on the base model's weights; after the resume its first sync must bring the step-2
+    weights verl restored from the checkpoint: the digest attempt 1 synced after step 2 (when the kill came
+    after that sync), and never the base model's."""
+    first = audit.read("rollout", async_run / "metrics" / "attempt-001.jsonl")
+    before = {r["global_steps"]: r["digest"] for r in first if "digest" in r}  # the start and updates, not aborts
+    synced = [r for r in audit.read("rollout", async_run / "metrics" / "attempt-002.jsonl") if r["event"] == "update"]
+    assert synced and synced[0]["global_steps"] == 2, synced
+    assert synced[0]["digest"] != before[None]
+    assert synced[0]["digest"] == before.get(2, synced[0]["digest"])
+
+
 def test_the_resumed_run_restores_the_estimator_of_the_checkpoint_verl_resumed_from(async_run) -> None:
     assert (async_run / "checkpoints" / "global_step_2" / "reinforce_ada_state.json").exists()
     restored = audit.read("est", async_run / "metrics" / "attempt-002.jsonl")
