@@ -47,7 +47,7 @@ from repro.loggers import ALWAYS, TENSORBOARD_ENV, TENSORBOARD_FOLDER, tracking_
 from repro.prompting import template_for
 from repro.reward import compute_score
 from repro.rundir import MetricsWriter, RunDir
-from repro.sampling import BetaBernoulliEstimator, SamplerSpec, StepSampler, make_estimator
+from repro.sampling import BetaBernoulliEstimator, SamplerSpec, StepSampler, estimator_for
 
 PENDING_FILE = "pending_step.pt"  # async schedule: the next step's batch, sampled before this step's update
 
@@ -203,7 +203,7 @@ class CpuTrainer:
         self.prompts = load_prompts(Path(config.data["folder"]) / "train.parquet", self.tokenizer)
         self.loader = EpochLoader(len(self.prompts), config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
-        self.estimator: BetaBernoulliEstimator | None = make_estimator(self.spec) if self.spec.kind == "est" else None
+        self.estimator: BetaBernoulliEstimator | None = estimator_for(self.spec)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=self.train.lr, weight_decay=self.train.weight_decay
         )

@@ -9,6 +9,7 @@ from repro.sampling.allocation import (
 )
 from repro.sampling.drive import run_step_sync
 from repro.sampling.estimator import BetaBernoulliEstimator
+from repro.sampling.policies import POLICIES, Policy, policy_for
 from repro.sampling.result import StepResult
 from repro.sampling.spec import SamplerSpec
 from repro.sampling.step import DapoCapExceeded, StepSampler
@@ -21,17 +22,26 @@ def make_estimator(spec: SamplerSpec) -> BetaBernoulliEstimator:
     )
 
 
+def estimator_for(spec: SamplerSpec) -> BetaBernoulliEstimator | None:
+    """The state a run keeps across steps for this method (None: its policy keeps none)."""
+    return make_estimator(spec) if policy_for(spec).keeps_estimator else None
+
+
 __all__ = [
+    "POLICIES",
     "BetaBernoulliEstimator",
     "DapoCapExceeded",
+    "Policy",
     "SamplerSpec",
     "StepResult",
     "StepSampler",
     "allocate",
     "continuous_allocation",
+    "estimator_for",
     "inverse_allocation",
     "largest_remainder",
     "make_estimator",
+    "policy_for",
     "residual_weights",
     "run_step_sync",
 ]

@@ -21,9 +21,8 @@ def step_metrics(
     first_request: np.ndarray,
     first_draw_reward: np.ndarray | None = None,
     initial_prompts: int,
-    gen_batches: int,
-    p_hat: np.ndarray | None,
 ) -> dict[str, float]:
+    """The keys every method logs; a policy adds its family's own (`seq_metrics`, `dapo_metrics`, `est_metrics`)."""
     spec = result.spec
     size = result.pool_size
     total = int(size.sum())
@@ -64,40 +63,58 @@ def step_metrics(
     else:
         m[f"{PREFIX}/zero_variance_frac"] = 0.0
         m[f"{PREFIX}/signal_frac"] = 0.0
+    return m
 
-    if spec.kind == "seq":
-        exit_round = result.exit_round
-        unresolved = (exit_round == 0) & ~failed  # a failed prompt is counted as failed, not as unresolved
-        for t in range(1, spec.max_rounds + 1):
-            m[f"{PREFIX}/active_after_round_{t}"] = float(np.sum(unresolved | (exit_round > t)))
-        m[f"{PREFIX}/resolved_within_2_rounds"] = float(np.sum((exit_round >= 1) & (exit_round <= 2)))
-        missing_pos = unresolved & (result.pool_positives < required_positives(spec))
-        missing_neg = unresolved & ~missing_pos & (size - result.pool_positives < required_negatives(spec))
-        m[f"{PREFIX}/unresolved"] = float(unresolved.sum())
-        m[f"{PREFIX}/unresolved_missing_pos"] = float(missing_pos.sum())
-        m[f"{PREFIX}/unresolved_missing_neg"] = float(missing_neg.sum())
 
-    if spec.kind == "dapo":
-        mixed_pool = inc | ((size > 1) & (result.pool_positives > 0) & (result.pool_positives < size))
-        all_pos = (result.pool_positives == size) & ~inc
-        m["dapo/num_gen_batches"] = float(gen_batches)
-        m["dapo/prompts_drawn"] = float(size.size)
-        m["dapo/kept_prompts"] = float(inc.sum())
-        m["dapo/dropped_all_correct"] = float(np.sum(all_pos & ~mixed_pool))
-        m["dapo/dropped_all_wrong"] = float(np.sum((result.pool_positives == 0) & ~mixed_pool))
-        m["dapo/discarded_surplus"] = float(np.sum(mixed_pool & ~inc))
-        m["dapo/cap_hit"] = float(inc.sum() < initial_prompts)
+def seq_metrics(result: StepResult) -> dict[str, float]:
+    """Figure 5's counts: prompts still active after each round, and why the unresolved ones are."""
+    spec = result.spec
+    size = result.pool_size
+    failed = result.failed if result.failed is not None else np.zeros(size.size, dtype=bool)
+    m: dict[str, float] = {}
+    exit_round = result.exit_round
+    unresolved = (exit_round == 0) & ~failed  # a failed prompt is counted as failed, not as unresolved
+    for t in range(1, spec.max_rounds + 1):
+        m[f"{PREFIX}/active_after_round_{t}"] = float(np.sum(unresolved | (exit_round > t)))
+    m[f"{PREFIX}/resolved_within_2_rounds"] = float(np.sum((exit_round >= 1) & (exit_round <= 2)))
+    missing_pos = unresolved & (result.pool_positives < required_positives(spec))
+    missing_neg = unresolved & ~missing_pos & (size - result.pool_positives < required_negatives(spec))
+    m[f"{PREFIX}/unresolved"] = float(unresolved.sum())
+    m[f"{PREFIX}/unresolved_missing_pos"] = float(missing_pos.sum())
+    m[f"{PREFIX}/unresolved_missing_neg"] = float(missing_neg.sum())
+    return m
 
-    if spec.kind == "est" and p_hat is not None:
-        observed = result.pool_positives / np.maximum(size, 1)
-        m["est/p_hat_mean"] = float(p_hat.mean())
-        m["est/p_hat_min"] = float(p_hat.min())
-        m["est/p_hat_max"] = float(p_hat.max())
-        m["est/alloc_min"] = float(size.min())
-        m["est/alloc_mean"] = float(size.mean())
-        m["est/alloc_max"] = float(size.max())
-        m["est/weight_min"] = float(result.weight.min())
-        m["est/weight_max"] = float(result.weight.max())
-        m["est/calibration_mae"] = float(np.abs(p_hat - observed).mean())
-        m["est/calibration_bias"] = float((p_hat - observed).mean())
+
+def dapo_metrics(result: StepResult, *, initial_prompts: int, gen_batches: int) -> dict[str, float]:
+    """What DAPO's refills drew and what its filter threw away."""
+    size = result.pool_size
+    inc = result.included
+    m: dict[str, float] = {}
+    mixed_pool = inc | ((size > 1) & (result.pool_positives > 0) & (result.pool_positives < size))
+    all_pos = (result.pool_positives == size) & ~inc
+    m["dapo/num_gen_batches"] = float(gen_batches)
+    m["dapo/prompts_drawn"] = float(size.size)
+    m["dapo/kept_prompts"] = float(inc.sum())
+    m["dapo/dropped_all_correct"] = float(np.sum(all_pos & ~mixed_pool))
+    m["dapo/dropped_all_wrong"] = float(np.sum((result.pool_positives == 0) & ~mixed_pool))
+    m["dapo/discarded_surplus"] = float(np.sum(mixed_pool & ~inc))
+    m["dapo/cap_hit"] = float(inc.sum() < initial_prompts)
+    return m
+
+
+def est_metrics(result: StepResult, p_hat: np.ndarray) -> dict[str, float]:
+    """The estimator's allocation and weights, and how well its p_hat matched the pools it sized."""
+    size = result.pool_size
+    m: dict[str, float] = {}
+    observed = result.pool_positives / np.maximum(size, 1)
+    m["est/p_hat_mean"] = float(p_hat.mean())
+    m["est/p_hat_min"] = float(p_hat.min())
+    m["est/p_hat_max"] = float(p_hat.max())
+    m["est/alloc_min"] = float(size.min())
+    m["est/alloc_mean"] = float(size.mean())
+    m["est/alloc_max"] = float(size.max())
+    m["est/weight_min"] = float(result.weight.min())
+    m["est/weight_max"] = float(result.weight.max())
+    m["est/calibration_mae"] = float(np.abs(p_hat - observed).mean())
+    m["est/calibration_bias"] = float((p_hat - observed).mean())
     return m

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from repro.sampling.settings import SeqSettings
 from repro.sampling.spec import SamplerSpec
 
 
-def exit_met(spec: SamplerSpec, n_pos: np.ndarray, n_total: np.ndarray) -> np.ndarray:
+def exit_met(spec: SamplerSpec | SeqSettings, n_pos: np.ndarray, n_total: np.ndarray) -> np.ndarray:
     """Whether each pool satisfies the method's exit rule (vectorised over prompts).
 
     seq-pos stops at `k_pos` positives: sampling until a fixed number of successes costs k/p draws in
@@ -22,9 +23,9 @@ def exit_met(spec: SamplerSpec, n_pos: np.ndarray, n_total: np.ndarray) -> np.nd
     return (n_pos >= half) & (n_neg >= half)
 
 
-def required_positives(spec: SamplerSpec) -> int:
+def required_positives(spec: SamplerSpec | SeqSettings) -> int:
     return spec.k_pos if spec.exit_rule == "pos" else spec.n // 2
 
 
-def required_negatives(spec: SamplerSpec) -> int:
+def required_negatives(spec: SamplerSpec | SeqSettings) -> int:
     return 0 if spec.exit_rule == "pos" else spec.n // 2

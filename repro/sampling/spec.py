@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
+from repro.sampling.settings import SETTINGS
+
 Kind = Literal["uniform", "dapo", "seq", "est"]
 ExitRule = Literal["pos", "balance"]
 Downsample = Literal["random", "first"]
@@ -77,43 +79,14 @@ class SamplerSpec:
     def problems(self) -> list[str]:
         """Every inconsistency at once, so a bad config is fixed in one edit rather than five."""
         out: list[str] = []
-        if self.kind not in ("uniform", "dapo", "seq", "est"):
-            out.append(f"kind must be uniform, dapo, seq or est, got {self.kind!r}")
+        if self.kind not in SETTINGS:
+            *rest, last = SETTINGS
+            out.append(f"kind must be {', '.join(rest)} or {last}, got {self.kind!r}")
         if self.n < 1:
             out.append(f"n must be >= 1, got {self.n}")
-        if self.kind == "seq":
-            if self.exit_rule not in ("pos", "balance"):
-                out.append(f"exit_rule must be pos or balance, got {self.exit_rule!r}")
-            if self.round_size < 1 or self.max_rounds < 1:
-                out.append("round_size and max_rounds must be >= 1")
-            elif self.round_size * self.max_rounds < self.n:
-                out.append(f"the pool cap round_size*max_rounds must be >= n={self.n}")
-            if self.round_size < self.n:
-                out.append(f"round_size={self.round_size} must be >= n={self.n} so every pool can fill a group")
-            if self.k_pos < 1:
-                out.append(f"k_pos must be >= 1, got {self.k_pos}")
-            if self.n % 2:
-                out.append(f"seq needs an even n (n/2 positives and n/2 negatives), got {self.n}")
-        if self.kind == "est":
-            if self.allocation == "inverse":  # one each and no cap: n_min and n_max are not read
-                if self.n_avg < 1:
-                    out.append(f"n_avg must be >= 1, got {self.n_avg}")
-            elif not (1 <= self.n_min <= self.n_avg <= self.n_max):
-                out.append(f"need 1 <= n_min <= n_avg <= n_max, got {self.n_min}, {self.n_avg}, {self.n_max}")
-            if not (0 < self.decay <= 1):
-                out.append(f"decay must be in (0, 1], got {self.decay}")
-            if not (0 < self.p_min < 1):
-                out.append(f"p_min must be in (0, 1), got {self.p_min}")
-            if self.kappa <= 0 or self.w_max <= 0:
-                out.append("kappa and w_max must be > 0")
-            if self.allocation not in ("sqrt", "inverse"):
-                out.append(f"allocation must be sqrt or inverse, got {self.allocation!r}")
-            if self.prior not in ("running", "fixed"):
-                out.append(f"prior must be running or fixed, got {self.prior!r}")
-            if self.prior_alpha <= 0 or self.prior_beta <= 0:
-                out.append("prior_alpha and prior_beta must be > 0")
-            if self.est_advantage not in ("weighted", "released"):
-                out.append(f"est_advantage must be weighted or released, got {self.est_advantage!r}")
+        settings = SETTINGS.get(self.kind)
+        if settings is not None:
+            out.extend(settings.of(self).problems())
         if self.downsample not in ("random", "first"):
             out.append(f"downsample must be random or first, got {self.downsample!r}")
         if self.unresolved not in ("keep", "drop"):
@@ -128,14 +101,7 @@ class SamplerSpec:
 
     def pool_cap_for(self, prompts: int) -> int:
         """The most responses one prompt can get in a step of `prompts` prompts."""
-        if self.kind == "est" and self.allocation == "inverse":
-            return 1 + (self.n_avg - 1) * max(1, prompts)
-        return {
-            "uniform": self.n,
-            "dapo": self.n,
-            "seq": self.round_size * self.max_rounds,
-            "est": self.n_max,
-        }[self.kind]
+        return SETTINGS[self.kind].of(self).pool_cap(prompts)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, but the ones added after runs existed are left out while all of them keep their

@@ -17,24 +17,19 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from repro.sampling.advantage import global_baseline_advantage, group_stats, grpo_advantage, released_est_baseline
-from repro.sampling.allocation import allocate, inverse_allocation, residual_weights
-from repro.sampling.downsample import select_group
+from repro.sampling.advantage import group_stats
 from repro.sampling.estimator import BetaBernoulliEstimator
 from repro.sampling.metrics import step_metrics
+from repro.sampling.policies import FINISHED, OUTSTANDING, WAITING, DapoCapExceeded, policy_for
 from repro.sampling.result import StepResult
-from repro.sampling.rules import exit_met
 from repro.sampling.spec import SamplerSpec
 
-WAITING, OUTSTANDING, FINISHED = 0, 1, 2
-
-
-class DapoCapExceeded(RuntimeError):
-    """DAPO hit its generation-batch cap before collecting enough mixed groups (verl raises too)."""
+__all__ = ["FINISHED", "OUTSTANDING", "WAITING", "DapoCapExceeded", "StepResult", "StepSampler"]
 
 
 class StepSampler:
-    """The sampling state of one step for every method of the grid (see METHODS.md)."""
+    """The sampling state of one step for every method of the grid (see METHODS.md); the method's own
+    decisions are its policy's (`repro.sampling.policies`)."""
 
     def __init__(
         self,
@@ -50,44 +45,32 @@ class StepSampler:
         if len(prompt_ids) == 0:
             raise ValueError("a step needs at least one prompt")
         self.spec = spec
+        self.policy = policy_for(spec)
         if isinstance(rng, np.random.Generator):
-            self._rng = rng
+            self.rng = rng
         else:
-            self._rng = np.random.default_rng([spec.seed, step] if rng is None else rng)
-        self._estimator = estimator
-        self._target = len(prompt_ids)
+            self.rng = np.random.default_rng([spec.seed, step] if rng is None else rng)
+        self.estimator = estimator
+        self.target = len(prompt_ids)
         cap = self._cap = spec.pool_cap_for(len(prompt_ids))
         self._ids: list[Hashable] = []
         self._rewards = np.zeros((0, cap))
-        self._count = np.zeros(0, dtype=np.int64)
-        self._npos = np.zeros(0, dtype=np.int64)
+        self.count = np.zeros(0, dtype=np.int64)
+        self.npos = np.zeros(0, dtype=np.int64)
         self._outstanding = np.zeros(0, dtype=np.int64)
-        self._state = np.zeros(0, dtype=np.int8)
-        self._batches = np.zeros(0, dtype=np.int64)
-        self._exit_round = np.zeros(0, dtype=np.int64)
+        self.state = np.zeros(0, dtype=np.int8)
+        self.batches = np.zeros(0, dtype=np.int64)
+        self.exit_round = np.zeros(0, dtype=np.int64)
         self._first_request = np.zeros(0, dtype=np.int64)
-        self._quota = np.zeros(0, dtype=np.int64)
+        self.quota = np.zeros(0, dtype=np.int64)
         self._failed = np.zeros(0, dtype=bool)
-        self._gen_batches = 0
+        self.gen_batches = 0
         self._finalized = False
-        self.p_hat = np.ones(0)
+        quota, weight, self.p_hat = self.policy.start(prompt_ids, estimator)
         self.weight = np.ones(0)
-        if spec.kind == "est":
-            if estimator is None:
-                raise ValueError("est needs a BetaBernoulliEstimator that persists across steps")
-            self.p_hat = estimator.p_hat(list(prompt_ids))
-            budget = spec.n_avg * len(prompt_ids)
-            if spec.allocation == "inverse":
-                quota = inverse_allocation(self.p_hat, budget)
-            else:
-                quota = allocate(self.p_hat, budget, spec.n_min, spec.n_max)
-            if spec.est_advantage == "weighted":
-                self.weight = residual_weights(self.p_hat, spec.w_max)
-            else:
-                self.weight = np.ones(len(prompt_ids))
-        else:
-            quota = np.full(len(prompt_ids), spec.n)
         self._append(prompt_ids, quota)
+        if weight is not None:
+            self.weight = weight
 
     # ---- slots ---------------------------------------------------------------------------------
     @property
@@ -104,35 +87,22 @@ class StepSampler:
         self._ids.extend(ids)
         self._rewards = np.concatenate([self._rewards, np.zeros((k, self._cap))])
         zeros = np.zeros(k, dtype=np.int64)
-        self._count = np.concatenate([self._count, zeros])
-        self._npos = np.concatenate([self._npos, zeros])
+        self.count = np.concatenate([self.count, zeros])
+        self.npos = np.concatenate([self.npos, zeros])
         self._outstanding = np.concatenate([self._outstanding, zeros])
-        self._state = np.concatenate([self._state, np.full(k, WAITING, dtype=np.int8)])
-        self._batches = np.concatenate([self._batches, zeros])
-        self._exit_round = np.concatenate([self._exit_round, zeros])
+        self.state = np.concatenate([self.state, np.full(k, WAITING, dtype=np.int8)])
+        self.batches = np.concatenate([self.batches, zeros])
+        self.exit_round = np.concatenate([self.exit_round, zeros])
         self._first_request = np.concatenate([self._first_request, zeros])
-        self._quota = np.concatenate([self._quota, np.asarray(quota, dtype=np.int64)])
+        self.quota = np.concatenate([self.quota, np.asarray(quota, dtype=np.int64)])
         self._failed = np.concatenate([self._failed, np.zeros(k, dtype=bool)])
-        if self.spec.kind != "est":
-            self.weight = np.ones(len(self._ids))
+        self.weight = np.concatenate([self.weight, np.ones(k)])
         self._gen_start = start
         return np.arange(start, start + k)
 
     def prompts_wanted(self) -> int:
         """DAPO only: how many fresh prompts to draw now (a refill generation batch), else 0."""
-        if self.spec.kind != "dapo" or np.any(self._state != FINISHED):
-            return 0
-        if self._mixed().sum() >= self._target:
-            return 0
-        cap = self.spec.max_num_gen_batches
-        if cap > 0 and self._gen_batches >= cap:
-            if self.spec.on_cap == "error":
-                raise DapoCapExceeded(
-                    f"{self._gen_batches} generation batches gave {int(self._mixed().sum())} mixed groups "
-                    f"of the {self._target} needed (max_num_gen_batches={cap})"
-                )
-            return 0
-        return self.spec.gen_batch_size or self._target
+        return self.policy.prompts_wanted(self)
 
     def add_prompts(self, prompt_ids: Sequence[Hashable]) -> np.ndarray:
         """Add a refill batch (DAPO); returns the new slots."""
@@ -142,29 +112,24 @@ class StepSampler:
 
     # ---- requests ------------------------------------------------------------------------------
     def _need(self, slots: np.ndarray) -> np.ndarray:
-        spec = self.spec
-        first = self._batches[slots] == 0
-        if spec.kind == "seq":
-            open_ = (self._exit_round[slots] == 0) & (self._batches[slots] < spec.max_rounds)
-            return np.where(open_, spec.round_size, 0)
-        return np.where(first, self._quota[slots], 0)
+        return self.policy.need(self, slots)
 
     def _issue(self, slots: np.ndarray) -> np.ndarray:
         need = self._need(slots)
         self._outstanding[slots] = need
-        self._state[slots] = OUTSTANDING
-        first = self._batches[slots] == 0
+        self.state[slots] = OUTSTANDING
+        first = self.batches[slots] == 0
         self._first_request[slots[first]] = need[first]
         return need
 
     def plan(self) -> tuple[np.ndarray, np.ndarray]:
         """Every prompt ready for its next batch: (slots, responses to generate for each)."""
-        slots = np.flatnonzero(self._state == WAITING)
+        slots = np.flatnonzero(self.state == WAITING)
         return slots, self._issue(slots)
 
     def request(self, slot: int) -> int:
         """Streaming: the next batch size for one prompt if it is ready, else 0."""
-        if self._state[slot] != WAITING:
+        if self.state[slot] != WAITING:
             return 0
         return int(self._issue(np.array([slot]))[0])
 
@@ -175,10 +140,10 @@ class StepSampler:
         k = rewards.size
         if k > self._outstanding[slot]:
             raise ValueError(f"slot {slot}: {k} rewards for {self._outstanding[slot]} outstanding responses")
-        c = self._count[slot]
+        c = self.count[slot]
         self._rewards[slot, c : c + k] = rewards
-        self._npos[slot] += int((rewards > self.spec.positive_threshold).sum())
-        self._count[slot] = c + k
+        self.npos[slot] += int((rewards > self.spec.positive_threshold).sum())
+        self.count[slot] = c + k
         self._outstanding[slot] -= k
         if self._outstanding[slot] == 0:
             self._complete(np.array([slot]))
@@ -195,26 +160,24 @@ class StepSampler:
         cols = np.arange(rewards.shape[1])
         fill = cols[None, :] < need[:, None]
         rows = np.broadcast_to(slots[:, None], fill.shape)[fill]
-        where = (self._count[slots][:, None] + cols[None, :])[fill]
+        where = (self.count[slots][:, None] + cols[None, :])[fill]
         values = rewards[fill]
         self._rewards[rows, where] = values
-        self._npos[slots] += ((rewards > self.spec.positive_threshold) & fill).sum(axis=1)
-        self._count[slots] += need
+        self.npos[slots] += ((rewards > self.spec.positive_threshold) & fill).sum(axis=1)
+        self.count[slots] += need
         self._outstanding[slots] = 0
         self._complete(slots)
 
     def _complete(self, slots: np.ndarray) -> None:
-        self._batches[slots] += 1
-        if self.spec.kind == "seq":
-            met = exit_met(self.spec, self._npos[slots], self._count[slots]) & (self._exit_round[slots] == 0)
-            self._exit_round[slots[met]] = self._batches[slots[met]]
+        self.batches[slots] += 1
+        self.policy.after_batch(self, slots)
         need = self._need(slots)
-        self._state[slots] = np.where(need > 0, WAITING, FINISHED)
+        self.state[slots] = np.where(need > 0, WAITING, FINISHED)
         self._count_gen_batch()
 
     def _count_gen_batch(self) -> None:
-        if self.spec.kind == "dapo" and np.all(self._state[self._gen_start :] == FINISHED):
-            self._gen_batches += 1
+        if self.policy.refills and np.all(self.state[self._gen_start :] == FINISHED):
+            self.gen_batches += 1
 
     def fail(self, slot: int) -> None:
         """Give up on a prompt whose outstanding batch could not be generated (the driver's retries ran out).
@@ -223,11 +186,11 @@ class StepSampler:
         drawn), but it is left out of the update, of Seq's exit statistics and of Est's estimator update,
         and it is not a mixed group for DAPO. Counted as `sampler/failed_prompts`.
         """
-        if self._state[slot] != OUTSTANDING:
+        if self.state[slot] != OUTSTANDING:
             raise RuntimeError(f"slot {slot}: only a prompt with an outstanding batch can fail")
         self._failed[slot] = True
         self._outstanding[slot] = 0
-        self._state[slot] = FINISHED
+        self.state[slot] = FINISHED
         self._count_gen_batch()
 
     @property
@@ -236,15 +199,15 @@ class StepSampler:
         return self._failed.copy()
 
     def done(self) -> bool:
-        return bool(np.all(self._state == FINISHED)) and self.prompts_wanted() == 0
+        return bool(np.all(self.state == FINISHED)) and self.prompts_wanted() == 0
 
     # ---- the update ----------------------------------------------------------------------------
-    def _mixed(self) -> np.ndarray:
+    def mixed(self) -> np.ndarray:
         """Groups whose rewards are not all equal (DAPO's criterion: std > 0)."""
-        valid = np.arange(self._cap)[None, :] < self._count[:, None]
+        valid = np.arange(self._cap)[None, :] < self.count[:, None]
         hi = np.where(valid, self._rewards, -np.inf).max(axis=1, initial=-np.inf)
         lo = np.where(valid, self._rewards, np.inf).min(axis=1, initial=np.inf)
-        return (self._count > 1) & (hi > lo) & ~self._failed
+        return (self.count > 1) & (hi > lo) & ~self._failed
 
     def finalize(self) -> StepResult:
         """Select update groups, compute baselines/advantages/metrics; Est's estimator learns here."""
@@ -255,61 +218,38 @@ class StepSampler:
         self._finalized = True
         spec = self.spec
         slots_n = self.num_slots
-        valid = np.arange(self._cap)[None, :] < self._count[:, None]
+        valid = np.arange(self._cap)[None, :] < self.count[:, None]
         positive = valid & (self._rewards > spec.positive_threshold)
-        included = ~self._failed
-        if spec.kind == "seq":
-            kept = select_group(positive, valid, spec.n, spec.downsample, self._rng)
-            if spec.unresolved == "drop":
-                included &= self._exit_round > 0
-        elif spec.kind == "dapo":
-            mixed = self._mixed()
-            included = mixed & (np.cumsum(mixed) <= self._target)
-            kept = valid
-        else:
-            kept = valid
+        kept, included = self.policy.select(self, valid, positive)
+        included = included & ~self._failed
         kept = kept & included[:, None]
         slot, index = np.nonzero(kept)
         reward = self._rewards[slot, index]
         _, pool_mean, pool_std = group_stats(np.nonzero(valid)[0], self._rewards[valid], slots_n)
-        if spec.kind in ("uniform", "dapo"):
-            advantage = grpo_advantage(slot, reward, slots_n, spec.norm_adv_by_std, spec.epsilon)
-        elif spec.kind == "est" and spec.est_advantage == "released":
-            pool_mean = released_est_baseline(self._npos, self._count)  # what the verl estimator subtracts too
-            advantage = reward - pool_mean[slot]
-        else:
-            advantage = global_baseline_advantage(
-                reward, pool_mean[slot], pool_std[slot] if spec.global_std_norm else None, spec.epsilon
-            )
-            if spec.kind == "est":
-                advantage = advantage * self.weight[slot]
+        advantage, pool_mean = self.policy.advantage(self, slot, reward, pool_mean, pool_std)
         result = StepResult(
             spec=spec,
             prompt_ids=list(self._ids),
-            pool_size=self._count.copy(),
-            pool_positives=self._npos.copy(),
+            pool_size=self.count.copy(),
+            pool_positives=self.npos.copy(),
             pool_mean=pool_mean,
             weight=self.weight.copy(),
             included=included,
-            rounds=self._batches.copy(),
-            exit_round=self._exit_round.copy(),
+            rounds=self.batches.copy(),
+            exit_round=self.exit_round.copy(),
             failed=self._failed.copy(),
             slot=slot,
             index=index,
             reward=reward,
             advantage=advantage,
         )
-        first = np.arange(self._cap)[None, :] < np.minimum(self._first_request, self._count)[:, None]
+        first = np.arange(self._cap)[None, :] < np.minimum(self._first_request, self.count)[:, None]
         result.metrics = step_metrics(
             result,
             first_request=self._first_request,
             first_draw_reward=np.where(first, self._rewards, 0.0).sum(axis=1) / np.maximum(first.sum(axis=1), 1),
-            initial_prompts=self._target,
-            gen_batches=self._gen_batches,
-            p_hat=self.p_hat if spec.kind == "est" else None,
+            initial_prompts=self.target,
         )
-        if spec.kind == "est" and self._estimator is not None:
-            ok = ~self._failed
-            ids = [i for i, good in zip(self._ids, ok, strict=True) if good]
-            self._estimator.update(ids, self._npos[ok], self._count[ok])
+        result.metrics.update(self.policy.metrics(self, result))
+        self.policy.learn(self)
         return result

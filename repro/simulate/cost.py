@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from repro.sampling import StepSampler, make_estimator
+from repro.sampling import StepSampler, estimator_for
 from repro.sampling.spec import SamplerSpec
 from repro.simulate.engine import BatchingEngine, ServerModel
 from repro.simulate.workload import LengthModel, TrainModel, _Draws, _prompt_order
@@ -210,7 +210,7 @@ def simulate_cost(
     started = time.perf_counter()
     draw_prompts = _prompt_order(pass_rates.size, seed)
 
-    estimator = make_estimator(spec) if spec.kind == "est" else None
+    estimator = estimator_for(spec)
     costs = []
     for step in range(steps):
         draws = _Draws(pass_rates, lengths, seed, step)
@@ -240,7 +240,7 @@ def simulate_cost(
         over = simulate_overlap(
             spec, pass_rates, server=server, lengths=lengths, train=train, steps=steps, batch=batch, seed=seed,
             draw_prompts=_prompt_order(pass_rates.size, seed), ahead=ahead,
-            estimator=make_estimator(spec) if spec.kind == "est" else None,
+            estimator=estimator_for(spec),
         )  # fmt: skip
         async_fields = {
             "async_step_s": over.step_s,

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from repro.sampling import StepSampler, make_estimator, run_step_sync
+from repro.sampling import StepSampler, estimator_for, run_step_sync
 from repro.sampling.spec import SamplerSpec
 from repro.simulate.exact import dapo_expected_batches, seq_exact, uniform_mixed
 
@@ -74,7 +74,7 @@ def simulate_method(
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
     prompts = _EpochSampler(pass_rates.size, np.random.default_rng(seed + 1))
-    estimator = make_estimator(spec) if spec.kind == "est" else None
+    estimator = estimator_for(spec)
     seq = seq_exact(pass_rates, spec) if spec.kind == "seq" else None
     cap = spec.pool_cap_for(batch)
     size_hist = np.zeros(cap + 1)

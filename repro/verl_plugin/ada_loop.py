@@ -44,6 +44,7 @@ from uuid import uuid4
 import numpy as np
 
 from repro.reward import compute_score
+from repro.sampling.policies import policy_for
 from repro.sampling.spec import SamplerSpec
 from repro.sampling.step import StepResult, StepSampler
 
@@ -122,7 +123,7 @@ async def run_adaptive_step(
     prompts only; DAPO also needs `refill` (see the module docstring), whose prompts take slots
     len(prompt_ids), len(prompt_ids) + 1, ... in the order they are returned.
     """
-    if spec.kind == "dapo" and refill is None:
+    if policy_for(spec).refills and refill is None:
         raise ValueError(
             "dapo draws more prompt batches: pass refill=(count -> fresh prompt ids); on the verl path the "
             "plugin's manager does, in place of verl's native filter_groups"
@@ -187,7 +188,7 @@ async def run_adaptive_step(
         pools[slot].extend(samples)
         sampler.observe(slot, np.array([float(s.reward) for s in samples]))
 
-    if spec.kind == "dapo":
+    if policy_for(spec).refills:
         assert refill is not None
         await _run_dapo_rounds(sampler, pools, draw, accept, refill)
     elif spec.streaming:

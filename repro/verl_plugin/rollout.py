@@ -49,6 +49,7 @@ from verl.experimental.agent_loop import get_trajectory_info
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
 from repro.rundir import MetricsWriter, sampler_file
+from repro.sampling.policies import policy_for
 from repro.sampling.spec import SamplerSpec
 from repro.verl_plugin import audit, pool_stats, state
 from repro.verl_plugin.ada_loop import Sample, _gather_or_cancel, run_adaptive_step
@@ -201,7 +202,7 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
         self.agent_loop_workers_class = ray.remote(AdaWorker)
         self.spec = SamplerSpec.from_dict(dict(self.config.algorithm.reinforce_ada))
         checkpoints = Path(self.config.trainer.default_local_dir)
-        if self.config.trainer.resume_mode != "disable" and self.spec.kind == "est":
+        if self.config.trainer.resume_mode != "disable" and policy_for(self.spec).keeps_estimator:
             trainer = self.config.trainer  # the very checkpoint verl resumes from (tracker file or resume_from_path)
             restored = state.restore(checkpoints, trainer.resume_mode, trainer.get("resume_from_path"))
             logger.info("Reinforce-Ada estimator restored from step %s", restored)
@@ -275,7 +276,7 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
             rewards = await owner[uids[slot]].ada_generate.remote(uids[slot], count)
             return [Sample(reward=r, payload=None) for r in rewards]
 
-        dapo = self.spec.kind == "dapo"
+        dapo = policy_for(self.spec).refills
         refill = self._dapo_refill(rows, step, uids, owner) if dapo else None
         try:
             result = await run_adaptive_step(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from repro.atomic import write_text
 from repro.errors import ReproError
-from repro.sampling import BetaBernoulliEstimator, SamplerSpec, make_estimator
+from repro.sampling import BetaBernoulliEstimator, SamplerSpec, make_estimator, policy_for
 from repro.verl_plugin import pool_stats
 
 STATE_FILE = "reinforce_ada_state.json"
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 def estimator(spec: SamplerSpec) -> BetaBernoulliEstimator | None:
     """The run's estimator (Est only), created on first use."""
     global _ESTIMATOR
-    if spec.kind != "est":
+    if not policy_for(spec).keeps_estimator:
         return None
     if _ESTIMATOR is None:
         _ESTIMATOR = make_estimator(spec)
