@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from repro.sampling import greso, knapsack, pods
+from repro.sampling.settings import PodsSettings
 
 # KnapsackRL ca5d5f5, sampling_budget_by_knapsack (verl/trainer/ppo/exploration_utils.py:20-196), run from a snapshot
 KNAPSACK = [  # (name, [valid, p, count] per prompt, settings, budget the authors' code returned)
@@ -342,7 +343,7 @@ def test_pods_never_keeps_a_response_twice_where_the_authors_multi_gpu_trainer_d
     kept = pods.max_variance_subset(rewards, 6)
     assert len(set(kept.tolist())) == 6 and sorted(rewards[kept]) == [0.0] * 3 + [1.0] * 3
     with pytest.raises(ValueError, match="m <= n"):
-        pods.PodsSettings(n=4, m=8)
+        PodsSettings(n=8, generate=4)
 
 
 def test_greso_skips_as_the_authors_selector_with_the_same_draws() -> None:
@@ -384,4 +385,4 @@ def test_greso_sizes_its_refills_as_the_authors_trainer_and_survives_an_all_zero
     # every group zero-variance: the authors' code raises ZeroDivisionError (ray_trainer.py:1156); the
     # largest round here, not the last
     assert greso.refill(1280, 1.0, settings) == (384, False)
-    assert math.isclose(greso.OVERPROVISION, 1.25) and greso.REFILL_FLOOR == 64
+    assert math.isclose(greso.OVERPROVISION, 1.25) and settings.min_sampling_batch_size == 64

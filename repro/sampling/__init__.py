@@ -9,7 +9,7 @@ from repro.sampling.allocation import (
 )
 from repro.sampling.drive import run_step_sync
 from repro.sampling.estimator import BetaBernoulliEstimator
-from repro.sampling.policies import POLICIES, Policy, policy_for
+from repro.sampling.policies import POLICIES, Memory, Policy, policy_for
 from repro.sampling.result import StepResult
 from repro.sampling.spec import SamplerSpec
 from repro.sampling.step import DapoCapExceeded, StepSampler
@@ -22,15 +22,16 @@ def make_estimator(spec: SamplerSpec) -> BetaBernoulliEstimator:
     )
 
 
-def estimator_for(spec: SamplerSpec) -> BetaBernoulliEstimator | None:
+def estimator_for(spec: SamplerSpec) -> Memory | None:
     """The state a run keeps across steps for this method (None: its policy keeps none)."""
-    return make_estimator(spec) if policy_for(spec).keeps_estimator else None
+    return policy_for(spec).new_memory()
 
 
 __all__ = [
     "POLICIES",
     "BetaBernoulliEstimator",
     "DapoCapExceeded",
+    "Memory",
     "Policy",
     "SamplerSpec",
     "StepResult",

@@ -19,53 +19,33 @@ Followed where the authors' code is defined, quirks included:
 Where it is not defined, this module diverges, and says so:
 - a round whose groups are all zero-variance makes the refill size divide by zero (RT:1156); here the refill
   is the largest round (`sampling_batch_size` prompts) and not the last.
+How a step runs it (`repro.sampling.policies.GresoPolicy`), with what the bench's drivers change:
+- a round is `sampling_batch_size` prompts that were not skipped; the authors' round is whole dataloader
+  batches until at least that many were kept (up to a batch more), trimmed to a multiple of the GPU count
+  (RT:1006-1013); here the round is filled to exactly its size;
+- "the first epoch" (RT:1207) is read as: no prompt rolled out in this step had been rolled out before
+  (the drivers draw epochs without replacement, so this is the first epoch until the first repeat);
+- the smallest refill round (64 prompts, RT:1162) is a setting, so that a miniature scales it with its
+  batch, and a step stops after `max_rounds` rounds (the authors' loop runs to the end of the epoch).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from repro.atomic import write_text
+from repro.sampling.settings import GresoSettings
 
 EASY_MEAN = 0.98  # a group counted solved for the streak (PS:112)
 HARD_MEAN = 0.11  # a group counted unsolved (PS:131, PS:137)
 KEEP_FLOOR = 0.01  # the smallest keep probability: every prompt keeps a 1% chance (PS:117, PS:142)
 FACTOR_STEP = 0.01  # the keep factors' move per step (RT:1212-1219)
 OVERPROVISION = 1.25  # the refill's margin (RT:1156)
-REFILL_FLOOR = 64  # the smallest refill round, in prompts (RT:1162)
 FORMAT_SCORE = 0.1  # the latex_math scorer's reward for a wrong boxed answer: "hard" in the shares
 EASY, HARD, KEPT = 0, 1, 2  # the authors' skip log (PS:239-247)
-
-
-@dataclass(frozen=True)
-class GresoSettings:
-    """Every knob, defaults as in train-scripts/math_qwen_7b_dm_greso.sh (L19-23) or the code."""
-
-    p_easy: float = 0.5  # data.p_easy: the initial keep factor of all-solved streaks (L19)
-    p_hard: float = 0.5  # data.p_hard (L20)
-    target_zero_variance: float = 0.25  # data.target_zero_variance (L21)
-    min_p: float = 0.05  # data.min_p (RT:1203)
-    max_p: float = 0.95  # data.max_p (RT:1204)
-    sampling_batch_size: int = 384  # prompts per rollout round (L22); the refill's cap
-    n: int = 8  # rollout.n (L43)
-
-    def __post_init__(self) -> None:
-        problems = []
-        if not 0 < self.min_p <= self.max_p < 1:
-            problems.append(f"need 0 < min_p <= max_p < 1, got {self.min_p}, {self.max_p}")
-        for name in ("p_easy", "p_hard"):
-            if not 0 < getattr(self, name) <= 1:
-                problems.append(f"{name} must be in (0, 1]")
-        if not 0 <= self.target_zero_variance < 1:
-            problems.append("target_zero_variance must be in [0, 1)")
-        if self.sampling_batch_size < 1 or self.n < 2:
-            problems.append("sampling_batch_size must be >= 1 and n >= 2")
-        if problems:
-            raise ValueError("; ".join(problems))
-
-    @property
-    def targets(self) -> tuple[float, float]:
-        """The zero-variance shares the factors steer to: (all-solved, all-format-only) (RT:298-299)."""
-        return self.target_zero_variance / 3, self.target_zero_variance * 2 / 3
 
 
 def _streak(history: Sequence[float], solved: bool) -> int:
@@ -131,8 +111,31 @@ def refill(missing: int, zero_variance_share: float, settings: GresoSettings) ->
     """(prompts to roll out next, whether that round is the last): enough for the `missing` responses at the
     last round's zero-variance share, 25% over, within [64, sampling_batch_size] prompts; the round is the
     last when the estimate fits (RT:1155-1162). All zero-variance: the largest round (module doc)."""
+    floor = settings.min_sampling_batch_size
     if zero_variance_share >= 1:
-        return max(settings.sampling_batch_size, REFILL_FLOOR), False
+        return max(settings.sampling_batch_size, floor), False
     estimate = int(missing / (1 - zero_variance_share) / settings.n * OVERPROVISION)
     last = estimate <= settings.sampling_batch_size
-    return max(min(estimate, settings.sampling_batch_size), REFILL_FLOOR), last
+    return max(min(estimate, settings.sampling_batch_size), floor), last
+
+
+@dataclass
+class GresoMemory:
+    """What GRESO keeps across steps: every prompt's group means, newest last (RT:1119-1132), and the two
+    keep factors as they moved."""
+
+    p_easy: float
+    p_hard: float
+    histories: dict[str, list[float]] = field(default_factory=dict)
+
+    def history(self, prompt: str) -> list[float]:
+        return self.histories.get(prompt, [])
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        write_text(path, json.dumps({"p_easy": self.p_easy, "p_hard": self.p_hard, "histories": self.histories}))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> GresoMemory:
+        with open(path) as handle:
+            data = json.load(handle)
+        return cls(float(data["p_easy"]), float(data["p_hard"]), {k: list(v) for k, v in data["histories"].items()})

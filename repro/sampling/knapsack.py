@@ -22,47 +22,16 @@ Where it is not defined (it fails its own budget assertion, EU:183), this module
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
-Cost = Literal["probability", "expectation"]
-
-
-@dataclass(frozen=True)
-class KnapsackSettings:
-    """Every knob, defaults as in examples/knapsack_trainer/run_knapsack_grpo_7b.sh (SH) or the code."""
-
-    n: int = 8  # rollout.n: the budget per prompt on average, and an unseen prompt's count (SH:38)
-    min_n: int = 2  # an effective prompt's floor (SH:77)
-    max_n: int = 128  # the knapsack's ceiling per prompt (SH:80); the fallback paths exceed it (module doc)
-    negative_n: int = 2  # p = 0 (SH:78)
-    positive_n: int = 2  # p = 1 (SH:79)
-    alpha: float = 0.9  # the cost check's confidence (EU:25; the script leaves the default)
-    cost: Cost = "probability"  # EU:33
-    allow_fallback: bool = True  # EU:29
-    min_buffer_length: int = 8  # rollouts seen before a prompt's estimate is used (DS:124, SH:76)
-    reward_buffer_length: int = 16  # the estimate's window (DS:125, SH:75)
-
-    def __post_init__(self) -> None:
-        problems = []
-        if not 1 <= self.min_n <= self.n:
-            problems.append(f"need 1 <= min_n <= n, got min_n={self.min_n}, n={self.n}")
-        if self.max_n < self.min_n:
-            problems.append(f"max_n={self.max_n} must be >= min_n={self.min_n}")
-        if not (0 <= self.negative_n <= self.n and 0 <= self.positive_n <= self.n):
-            problems.append("negative_n and positive_n must be within [0, n]: the budget would go negative")
-        if not 0 < self.alpha < 1:
-            problems.append(f"alpha must be in (0, 1), got {self.alpha}")
-        if self.cost not in ("probability", "expectation"):
-            problems.append(f"cost must be probability or expectation, got {self.cost!r}")
-        if self.min_buffer_length < 0 or self.reward_buffer_length < 1:
-            problems.append("min_buffer_length must be >= 0 and reward_buffer_length >= 1")
-        if problems:
-            raise ValueError("; ".join(problems))
+from repro.atomic import write_text
+from repro.sampling.settings import KnapsackSettings
 
 
 @dataclass(frozen=True)
@@ -213,6 +182,15 @@ class PassRateBuffer:
             if len(newest) >= window:
                 break
         self.estimate[prompt] = float(np.mean(newest[:window]))
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Atomic JSON write, as the Est estimator's: a crash mid-save leaves the previous state."""
+        write_text(path, json.dumps(self.to_dict()))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], settings: KnapsackSettings | None = None) -> PassRateBuffer:
+        with open(path) as handle:
+            return cls.from_dict(json.load(handle), settings)
 
     def to_dict(self) -> dict:
         """For a checkpoint: the outcomes, from which `from_dict` replays the estimates (as DS:242-257)."""

@@ -21,21 +21,9 @@ response twice; it is not followed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 STD_EPSILON = 1e-4  # trainer/maxvargrpo_trainer.py:533
-
-
-@dataclass(frozen=True)
-class PodsSettings:
-    n: int = 16  # responses generated per prompt (the issue's pods-16-4; the authors' main runs: 64)
-    m: int = 4  # responses each prompt updates on
-
-    def __post_init__(self) -> None:
-        if not 2 <= self.m <= self.n:  # m = 1: the authors' unbiased std is NaN (undefined there)
-            raise ValueError(f"need 2 <= m <= n, got n={self.n}, m={self.m}")
 
 
 def max_variance_subset(rewards: np.ndarray, m: int) -> np.ndarray:

@@ -13,11 +13,13 @@ calling the same `StepSampler`. A policy sees the sampler through the `StepView`
 
 from __future__ import annotations
 
+import os
 from collections.abc import Hashable, Sequence
 from typing import ClassVar, Protocol
 
 import numpy as np
 
+from repro.sampling import greso, knapsack, pods
 from repro.sampling.advantage import global_baseline_advantage, grpo_advantage, released_est_baseline
 from repro.sampling.allocation import allocate, inverse_allocation, residual_weights
 from repro.sampling.downsample import select_group
@@ -25,10 +27,26 @@ from repro.sampling.estimator import BetaBernoulliEstimator
 from repro.sampling.metrics import dapo_metrics, est_metrics, seq_metrics
 from repro.sampling.result import StepResult
 from repro.sampling.rules import exit_met
-from repro.sampling.settings import DapoSettings, EstSettings, SeqSettings, Settings, UniformSettings
+from repro.sampling.settings import (
+    DapoSettings,
+    EstSettings,
+    GresoSettings,
+    KnapsackSettings,
+    PodsSettings,
+    SeqSettings,
+    Settings,
+    UniformSettings,
+)
 from repro.sampling.spec import SamplerSpec
 
 WAITING, OUTSTANDING, FINISHED = 0, 1, 2  # a slot's state: ready for its next batch, awaiting one, done
+
+
+class Memory(Protocol):
+    """State a method keeps across steps (Est's estimator, Knapsack RL's pass-rate buffer): drivers create it
+    with `Policy.new_memory`, save it beside each checkpoint and load it with `Policy.load_memory`."""
+
+    def save(self, path: str | os.PathLike[str]) -> None: ...
 
 
 class StepView(Protocol):
@@ -37,7 +55,8 @@ class StepView(Protocol):
 
     spec: SamplerSpec
     rng: np.random.Generator
-    estimator: BetaBernoulliEstimator | None
+    estimator: Memory | None
+    rewards: np.ndarray  # [slots, pool cap] in arrival order; the first count[slot] of a row are scored
     target: int  # the step's initial prompts
     gen_batches: int  # generation batches completed (DAPO)
     count: np.ndarray  # [slots] responses scored
@@ -73,11 +92,21 @@ class Policy:
         self.spec = spec
         self.settings = self.settings_type.of(spec)
 
-    def start(
-        self, prompt_ids: Sequence[Hashable], estimator: BetaBernoulliEstimator | None
-    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """(first request per prompt, weight per prompt or None for 1, p_hat or an empty array)."""
+    def new_memory(self) -> Memory | None:
+        """A fresh state kept across steps, or None when the method keeps none."""
+        return None
+
+    def load_memory(self, path: str | os.PathLike[str]) -> Memory | None:
+        return None
+
+    def start(self, s: StepView, prompt_ids: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(first request per prompt, weight per prompt or None for 1, p_hat or an empty array), before the
+        step's first slot exists."""
         return np.full(len(prompt_ids), self.settings.n), None, np.ones(0)
+
+    def refill_quota(self, s: StepView, prompt_ids: Sequence[Hashable]) -> np.ndarray:
+        """The first request of each prompt a refill adds (`prompts_wanted`)."""
+        return np.full(len(prompt_ids), self.settings.n)
 
     def need(self, s: StepView, slots: np.ndarray) -> np.ndarray:
         """Responses still to request for each slot now (0: done). By default, the first request only."""
@@ -178,13 +207,20 @@ class EstPolicy(Policy):
     settings_type = EstSettings
     keeps_estimator = True
 
-    def start(
-        self, prompt_ids: Sequence[Hashable], estimator: BetaBernoulliEstimator | None
-    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    def new_memory(self) -> BetaBernoulliEstimator:
         st = self.settings
-        if estimator is None:
+        return BetaBernoulliEstimator(
+            st.kappa, st.decay, st.p_min, st.prior_mean_init, st.prior, st.prior_alpha, st.prior_beta
+        )
+
+    def load_memory(self, path: str | os.PathLike[str]) -> BetaBernoulliEstimator:
+        return BetaBernoulliEstimator.load(path)
+
+    def start(self, s: StepView, prompt_ids: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        st = self.settings
+        if not isinstance(s.estimator, BetaBernoulliEstimator):
             raise ValueError("est needs a BetaBernoulliEstimator that persists across steps")
-        p_hat = estimator.p_hat(list(prompt_ids))
+        p_hat = s.estimator.p_hat(list(prompt_ids))
         budget = st.n_avg * len(prompt_ids)
         if st.allocation == "inverse":
             quota = inverse_allocation(p_hat, budget)
@@ -215,7 +251,184 @@ class EstPolicy(Policy):
         s.estimator.update(ids, s.npos[ok], s.count[ok])
 
 
-POLICIES: dict[str, type[Policy]] = {"uniform": Policy, "dapo": DapoPolicy, "seq": SeqPolicy, "est": EstPolicy}
+class PodsPolicy(Policy):
+    """PODS: `generate` responses per prompt, the update on the n with the largest reward variance, advantages
+    over those n alone (`repro.sampling.pods`, the authors' single-GPU rule)."""
+
+    settings_type = PodsSettings
+
+    def start(self, s: StepView, prompt_ids: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        return np.full(len(prompt_ids), self.settings.generate), None, np.ones(0)
+
+    def select(self, s: StepView, valid: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        kept = np.zeros_like(valid)
+        included = ~s.failed & (s.count >= self.settings.n)
+        for slot in np.flatnonzero(included):
+            kept[slot, pods.max_variance_subset(s.rewards[slot, : s.count[slot]], self.settings.n)] = True
+        return kept, included
+
+    def advantage(
+        self, s: StepView, slot: np.ndarray, reward: np.ndarray, pool_mean: np.ndarray, pool_std: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        advantage = np.zeros_like(reward)
+        for k in np.unique(slot):
+            rows = slot == k
+            advantage[rows] = pods.advantages(reward[rows])
+        return advantage, pool_mean
+
+
+class KnapsackPolicy(Policy):
+    """Knapsack RL: the step's budget (n x prompts) allocated by a knapsack over each prompt's pass rate from
+    its buffer of outcomes across steps; the update on every response, GRPO's group-normalised advantages."""
+
+    settings_type = KnapsackSettings
+    keeps_estimator = True
+
+    def new_memory(self) -> knapsack.PassRateBuffer:
+        return knapsack.PassRateBuffer(self.settings)
+
+    def load_memory(self, path: str | os.PathLike[str]) -> knapsack.PassRateBuffer:
+        return knapsack.PassRateBuffer.load(path, self.settings)
+
+    def start(self, s: StepView, prompt_ids: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        if not isinstance(s.estimator, knapsack.PassRateBuffer):
+            raise ValueError("knapsack needs a PassRateBuffer that persists across steps")
+        self.states = s.estimator.states([str(i) for i in prompt_ids])
+        self.allocation = knapsack.allocate(self.states, self.settings)
+        return self.allocation.budget, None, np.ones(0)
+
+    def advantage(
+        self, s: StepView, slot: np.ndarray, reward: np.ndarray, pool_mean: np.ndarray, pool_std: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return grpo_advantage(slot, reward, s.num_slots, True, self.spec.epsilon), pool_mean
+
+    def metrics(self, s: StepView, result: StepResult) -> dict[str, float]:
+        valid = self.states[:, 0] == 1
+        rate = self.states[:, 1]
+        budget = self.allocation.budget
+        return {
+            "knapsack/fallback": float(self.allocation.fallback),
+            "knapsack/effective_prompts": float(np.sum(valid & (rate > 0) & (rate < 1))),
+            "knapsack/unseen_prompts": float(np.sum(~valid)),
+            "knapsack/alloc_min": float(budget.min()),
+            "knapsack/alloc_max": float(budget.max()),
+        }
+
+    def learn(self, s: StepView) -> None:
+        if not isinstance(s.estimator, knapsack.PassRateBuffer):
+            return
+        threshold = self.settings.positive_threshold
+        for slot, prompt in enumerate(s.prompt_ids):
+            if not s.failed[slot]:
+                s.estimator.update(str(prompt), (s.rewards[slot, : s.count[slot]] > threshold).tolist())
+
+
+class GresoPolicy(Policy):
+    """GRESO: before any rollout, skip prompts whose history predicts a zero-variance group; roll out the rest
+    in rounds DAPO-style (zero-variance groups dropped, refills sized from the last round) until `target`
+    groups are mixed; steer the skip factors toward a zero-variance share (`repro.sampling.greso`)."""
+
+    settings_type = GresoSettings
+    keeps_estimator = True
+    refills = True
+
+    def new_memory(self) -> greso.GresoMemory:
+        return greso.GresoMemory(self.settings.p_easy, self.settings.p_hard)
+
+    def load_memory(self, path: str | os.PathLike[str]) -> greso.GresoMemory:
+        return greso.GresoMemory.load(path)
+
+    def start(self, s: StepView, prompt_ids: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        if not isinstance(s.estimator, greso.GresoMemory):
+            raise ValueError("greso needs a GresoMemory that persists across steps")
+        self.memory = s.estimator
+        self.log: list[int] = []  # EASY, HARD or KEPT per slot
+        self.round_size, self.round_start, self.rounds, self.last = self.settings.sampling_batch_size, 0, 1, False
+        self.factors = (self.memory.p_easy, self.memory.p_hard)  # as this step's skips read them
+        return self._decide(s, prompt_ids), None, np.ones(0)
+
+    def _decide(self, s: StepView, prompt_ids: Sequence[Hashable]) -> np.ndarray:
+        histories = [self.memory.history(str(i)) for i in prompt_ids]
+        log = greso.skip(histories, *self.factors, lambda: float(s.rng.random()))
+        self.log.extend(log)
+        return np.where(np.array(log, dtype=np.int64) == greso.KEPT, self.settings.n, 0)
+
+    def _kept_in_round(self) -> int:
+        return sum(1 for entry in self.log[self.round_start :] if entry == greso.KEPT)
+
+    def _next_round(self, s: StepView) -> tuple[int, bool] | None:
+        """The next round's (size, last), or None when the step is done: enough mixed groups, the last round
+        ran, or the round cap."""
+        mixed = s.mixed()
+        if mixed.sum() >= s.target or self.last or self.rounds >= self.settings.max_rounds:
+            return None
+        rolled = (np.array(self.log) == greso.KEPT) & ~s.failed
+        rolled[: self.round_start] = False  # the last round's groups only
+        share = 1.0 - float(mixed[rolled].sum()) / max(int(rolled.sum()), 1)
+        missing = (s.target - int(mixed.sum())) * self.settings.n  # responses (RT:1155)
+        return greso.refill(missing, share, self.settings)
+
+    def prompts_wanted(self, s: StepView) -> int:
+        kept = self._kept_in_round()
+        if kept < self.round_size:  # the round fills up with prompts that are not skipped
+            return self.round_size - kept
+        if np.any(s.state != FINISHED):
+            return 0
+        following = self._next_round(s)
+        return 0 if following is None else following[0]
+
+    def refill_quota(self, s: StepView, prompt_ids: Sequence[Hashable]) -> np.ndarray:
+        if self._kept_in_round() >= self.round_size:  # these prompts begin the next round
+            following = self._next_round(s)
+            assert following is not None, "prompts_wanted() asked for none"
+            (self.round_size, self.last), self.round_start = following, s.num_slots
+            self.rounds += 1
+        return self._decide(s, prompt_ids)
+
+    def select(self, s: StepView, valid: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mixed = s.mixed()
+        return valid, mixed & (np.cumsum(mixed) <= s.target)
+
+    def advantage(
+        self, s: StepView, slot: np.ndarray, reward: np.ndarray, pool_mean: np.ndarray, pool_std: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return grpo_advantage(slot, reward, s.num_slots, True, self.spec.epsilon), pool_mean  # adv_estimator=grpo
+
+    def metrics(self, s: StepView, result: StepResult) -> dict[str, float]:
+        log = np.array(self.log)
+        return {
+            "greso/prompts_drawn": float(log.size),
+            "greso/skipped_easy": float(np.sum(log == greso.EASY)),
+            "greso/skipped_hard": float(np.sum(log == greso.HARD)),
+            "greso/rounds": float(self.rounds),
+            "greso/p_easy": self.factors[0],
+            "greso/p_hard": self.factors[1],
+            "greso/kept_prompts": float(result.included.sum()),
+        }
+
+    def learn(self, s: StepView) -> None:
+        """Every rolled-out group's mean joins its prompt's history; then the factors move by the step's
+        shares of all-solved and all-format-only groups, from the second epoch on (the module's reading)."""
+        rolled = [slot for slot, entry in enumerate(self.log) if entry == greso.KEPT and not s.failed[slot]]
+        groups = [s.rewards[slot, : s.count[slot]].tolist() for slot in rolled]
+        keys = [str(s.prompt_ids[slot]) for slot in rolled]
+        seen_before = any(self.memory.history(key) for key in keys)
+        for key, group in zip(keys, groups, strict=True):
+            self.memory.histories.setdefault(key, []).append(float(np.mean(group)))
+        if seen_before and groups:
+            easy, hard = greso.group_shares(groups)
+            self.memory.p_easy, self.memory.p_hard = greso.update_factors(*self.factors, easy, hard, self.settings)
+
+
+POLICIES: dict[str, type[Policy]] = {
+    "uniform": Policy,
+    "dapo": DapoPolicy,
+    "seq": SeqPolicy,
+    "est": EstPolicy,
+    "pods": PodsPolicy,
+    "knapsack": KnapsackPolicy,
+    "greso": GresoPolicy,
+}
 
 
 def policy_for(spec: SamplerSpec) -> Policy:

@@ -2,7 +2,9 @@
 
 The spec stays one flat record because that is what run configs and verl override lists have always held
 (a run made before this module existed resumes from it); a family's settings are the fields it reads, so
-its checks and its pool width live beside each other and no family sees another's knobs.
+its checks and its pool width live beside each other and no family sees another's knobs. The families added
+from the literature keep their authors' names here and a prefix in the spec (`min_n` is the spec's
+`knapsack_min_n`), so that no two families share a spec field by accident.
 """
 
 from __future__ import annotations
@@ -11,18 +13,31 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """What every family reads: the update group size and the reward threshold of a positive."""
 
     kind: ClassVar[str]
+    prefix: ClassVar[str] = ""  # of this family's own fields in the flat spec
     n: int
-    positive_threshold: float
+    positive_threshold: float = 0.7
 
     @classmethod
     def of(cls, spec: Any) -> Settings:
         """This family's fields of a `SamplerSpec` (any object with them)."""
-        return cls(**{f.name: getattr(spec, f.name) for f in fields(cls)})
+        shared = {f.name for f in fields(Settings)}
+        return cls(**{f.name: getattr(spec, f.name if f.name in shared else cls.prefix + f.name) for f in fields(cls)})
+
+    @classmethod
+    def spec_fields(cls) -> dict[str, str]:
+        """{this family's setting: the spec field it is read from}."""
+        shared = {f.name for f in fields(Settings)}
+        return {f.name: f.name if f.name in shared else cls.prefix + f.name for f in fields(cls)}
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
 
     def problems(self) -> list[str]:
         return []
@@ -32,7 +47,7 @@ class Settings:
         return self.n
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class UniformSettings(Settings):
     """GRPO: n responses per prompt, advantages (r - group mean) / (group std + epsilon)."""
 
@@ -41,7 +56,7 @@ class UniformSettings(Settings):
     epsilon: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DapoSettings(UniformSettings):
     """DAPO: GRPO's groups, refilled with generation batches until enough of them are mixed."""
 
@@ -51,7 +66,7 @@ class DapoSettings(UniformSettings):
     on_cap: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SeqSettings(Settings):
     """Reinforce-Ada-Seq: rounds of `round_size` until the exit rule holds, then a downsampled group of n."""
 
@@ -86,7 +101,7 @@ class SeqSettings(Settings):
         return self.round_size * self.max_rounds
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EstSettings(Settings):
     """Reinforce-Ada-Est: a budget of n_avg per prompt allocated by an estimated pass rate, weighted advantages."""
 
@@ -137,6 +152,106 @@ class EstSettings(Settings):
         return self.n_max
 
 
+@dataclass(frozen=True, kw_only=True)
+class PodsSettings(Settings):
+    """PODS (Xu et al. 2025, github YixuanEvenXu/pods): `generate` responses per prompt, the update on the
+    n of them with the largest reward variance (`repro.sampling.pods`)."""
+
+    kind: ClassVar[str] = "pods"
+    prefix: ClassVar[str] = "pods_"
+    n: int = 4  # m, the responses each prompt updates on
+    generate: int = 16  # n in the paper: responses generated per prompt (pods-16-4, the issue's cell)
+
+    def problems(self) -> list[str]:
+        if not 2 <= self.n <= self.generate:  # m = 1: the authors' unbiased std is NaN (undefined there)
+            return [f"need 2 <= m <= n (kept n={self.n}, generated {self.generate})"]
+        return []
+
+    def pool_cap(self, prompts: int) -> int:
+        return self.generate
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnapsackSettings(Settings):
+    """Knapsack RL (Li et al. 2025, github liziniu/KnapsackRL at ca5d5f5): every knob, defaults as in
+    examples/knapsack_trainer/run_knapsack_grpo_7b.sh (SH) or the code (EU = exploration_utils.py,
+    DS = rl_dataset.py); the rules are `repro.sampling.knapsack`'s."""
+
+    kind: ClassVar[str] = "knapsack"
+    prefix: ClassVar[str] = "knapsack_"
+    n: int = 8  # rollout.n: the budget per prompt on average, and an unseen prompt's count (SH:38)
+    min_n: int = 2  # an effective prompt's floor (SH:77)
+    max_n: int = 128  # the knapsack's ceiling per prompt (SH:80); the fallback paths exceed it
+    negative_n: int = 2  # p = 0 (SH:78)
+    positive_n: int = 2  # p = 1 (SH:79)
+    alpha: float = 0.9  # the cost check's confidence (EU:25; the script leaves the default)
+    cost: str = "probability"  # or "expectation" (EU:33)
+    allow_fallback: bool = True  # EU:29
+    min_buffer_length: int = 8  # rollouts seen before a prompt's estimate is used (DS:124, SH:76)
+    reward_buffer_length: int = 16  # the estimate's window (DS:125, SH:75)
+
+    def problems(self) -> list[str]:
+        out = []
+        if not 1 <= self.min_n <= self.n:
+            out.append(f"need 1 <= min_n <= n, got min_n={self.min_n}, n={self.n}")
+        if self.max_n < self.min_n:
+            out.append(f"max_n={self.max_n} must be >= min_n={self.min_n}")
+        if not (0 <= self.negative_n <= self.n and 0 <= self.positive_n <= self.n):
+            out.append("negative_n and positive_n must be within [0, n]: the budget would go negative")
+        if not 0 < self.alpha < 1:
+            out.append(f"alpha must be in (0, 1), got {self.alpha}")
+        if self.cost not in ("probability", "expectation"):
+            out.append(f"cost must be probability or expectation, got {self.cost!r}")
+        if self.min_buffer_length < 0 or self.reward_buffer_length < 1:
+            out.append("min_buffer_length must be >= 0 and reward_buffer_length >= 1")
+        return out
+
+    def pool_cap(self, prompts: int) -> int:
+        """The fallback paths are not capped at max_n: one prompt can get all of the step's budget but the
+        other prompts' floors; the whole budget bounds it."""
+        return self.n * max(1, prompts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GresoSettings(Settings):
+    """GRESO ("Act only when it pays", github Infini-AI-Lab/GRESO at b277843): every knob, defaults as in
+    train-scripts/math_qwen_7b_dm_greso.sh (L) or the code (RT = verl/trainer/ppo/ray_trainer.py); the rules
+    are `repro.sampling.greso`'s."""
+
+    kind: ClassVar[str] = "greso"
+    prefix: ClassVar[str] = "greso_"
+    n: int = 8  # rollout.n (L43)
+    p_easy: float = 0.5  # data.p_easy: the initial keep factor of all-solved streaks (L19)
+    p_hard: float = 0.5  # data.p_hard (L20)
+    target_zero_variance: float = 0.25  # data.target_zero_variance (L21)
+    min_p: float = 0.05  # data.min_p (RT:1203)
+    max_p: float = 0.95  # data.max_p (RT:1204)
+    sampling_batch_size: int = 384  # prompts per rollout round (L22); the refill's cap
+    min_sampling_batch_size: int = 64  # the smallest refill round (RT:1162, a constant there)
+    max_rounds: int = 10  # rounds a step may take (ours: the authors' loop ends with the epoch)
+
+    def problems(self) -> list[str]:
+        out = []
+        if not 0 < self.min_p <= self.max_p < 1:
+            out.append(f"need 0 < min_p <= max_p < 1, got {self.min_p}, {self.max_p}")
+        for name in ("p_easy", "p_hard"):
+            if not 0 < getattr(self, name) <= 1:
+                out.append(f"{name} must be in (0, 1]")
+        if not 0 <= self.target_zero_variance < 1:
+            out.append("target_zero_variance must be in [0, 1)")
+        if self.sampling_batch_size < 1 or self.n < 2:
+            out.append("sampling_batch_size must be >= 1 and n >= 2")
+        if not self.min_sampling_batch_size >= 1 or self.max_rounds < 1:
+            out.append("min_sampling_batch_size and max_rounds must be >= 1")
+        return out
+
+    @property
+    def targets(self) -> tuple[float, float]:
+        """The zero-variance shares the factors steer to: (all-solved, all-format-only) (RT:298-299)."""
+        return self.target_zero_variance / 3, self.target_zero_variance * 2 / 3
+
+
 SETTINGS: dict[str, type[Settings]] = {
-    cls.kind: cls for cls in (UniformSettings, DapoSettings, SeqSettings, EstSettings)
+    cls.kind: cls
+    for cls in (UniformSettings, DapoSettings, SeqSettings, EstSettings, PodsSettings, KnapsackSettings, GresoSettings)
 }

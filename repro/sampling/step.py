@@ -54,7 +54,7 @@ class StepSampler:
         self.target = len(prompt_ids)
         cap = self._cap = spec.pool_cap_for(len(prompt_ids))
         self._ids: list[Hashable] = []
-        self._rewards = np.zeros((0, cap))
+        self.rewards = np.zeros((0, cap))
         self.count = np.zeros(0, dtype=np.int64)
         self.npos = np.zeros(0, dtype=np.int64)
         self._outstanding = np.zeros(0, dtype=np.int64)
@@ -66,7 +66,7 @@ class StepSampler:
         self._failed = np.zeros(0, dtype=bool)
         self.gen_batches = 0
         self._finalized = False
-        quota, weight, self.p_hat = self.policy.start(prompt_ids, estimator)
+        quota, weight, self.p_hat = self.policy.start(self, prompt_ids)
         self.weight = np.ones(0)
         self._append(prompt_ids, quota)
         if weight is not None:
@@ -85,7 +85,7 @@ class StepSampler:
         k = len(ids)
         start = len(self._ids)
         self._ids.extend(ids)
-        self._rewards = np.concatenate([self._rewards, np.zeros((k, self._cap))])
+        self.rewards = np.concatenate([self.rewards, np.zeros((k, self._cap))])
         zeros = np.zeros(k, dtype=np.int64)
         self.count = np.concatenate([self.count, zeros])
         self.npos = np.concatenate([self.npos, zeros])
@@ -108,7 +108,7 @@ class StepSampler:
         """Add a refill batch (DAPO); returns the new slots."""
         if self.prompts_wanted() <= 0:
             raise RuntimeError("no prompts are wanted now; call prompts_wanted() first")
-        return self._append(prompt_ids, np.full(len(prompt_ids), self.spec.n))
+        return self._append(prompt_ids, self.policy.refill_quota(self, prompt_ids))
 
     # ---- requests ------------------------------------------------------------------------------
     def _need(self, slots: np.ndarray) -> np.ndarray:
@@ -117,7 +117,7 @@ class StepSampler:
     def _issue(self, slots: np.ndarray) -> np.ndarray:
         need = self._need(slots)
         self._outstanding[slots] = need
-        self.state[slots] = OUTSTANDING
+        self.state[slots] = np.where(need > 0, OUTSTANDING, FINISHED)  # a first request of 0: a skipped prompt
         first = self.batches[slots] == 0
         self._first_request[slots[first]] = need[first]
         return need
@@ -125,7 +125,8 @@ class StepSampler:
     def plan(self) -> tuple[np.ndarray, np.ndarray]:
         """Every prompt ready for its next batch: (slots, responses to generate for each)."""
         slots = np.flatnonzero(self.state == WAITING)
-        return slots, self._issue(slots)
+        need = self._issue(slots)
+        return slots[need > 0], need[need > 0]
 
     def request(self, slot: int) -> int:
         """Streaming: the next batch size for one prompt if it is ready, else 0."""
@@ -141,7 +142,7 @@ class StepSampler:
         if k > self._outstanding[slot]:
             raise ValueError(f"slot {slot}: {k} rewards for {self._outstanding[slot]} outstanding responses")
         c = self.count[slot]
-        self._rewards[slot, c : c + k] = rewards
+        self.rewards[slot, c : c + k] = rewards
         self.npos[slot] += int((rewards > self.spec.positive_threshold).sum())
         self.count[slot] = c + k
         self._outstanding[slot] -= k
@@ -162,7 +163,7 @@ class StepSampler:
         rows = np.broadcast_to(slots[:, None], fill.shape)[fill]
         where = (self.count[slots][:, None] + cols[None, :])[fill]
         values = rewards[fill]
-        self._rewards[rows, where] = values
+        self.rewards[rows, where] = values
         self.npos[slots] += ((rewards > self.spec.positive_threshold) & fill).sum(axis=1)
         self.count[slots] += need
         self._outstanding[slots] = 0
@@ -205,8 +206,8 @@ class StepSampler:
     def mixed(self) -> np.ndarray:
         """Groups whose rewards are not all equal (DAPO's criterion: std > 0)."""
         valid = np.arange(self._cap)[None, :] < self.count[:, None]
-        hi = np.where(valid, self._rewards, -np.inf).max(axis=1, initial=-np.inf)
-        lo = np.where(valid, self._rewards, np.inf).min(axis=1, initial=np.inf)
+        hi = np.where(valid, self.rewards, -np.inf).max(axis=1, initial=-np.inf)
+        lo = np.where(valid, self.rewards, np.inf).min(axis=1, initial=np.inf)
         return (self.count > 1) & (hi > lo) & ~self._failed
 
     def finalize(self) -> StepResult:
@@ -219,13 +220,13 @@ class StepSampler:
         spec = self.spec
         slots_n = self.num_slots
         valid = np.arange(self._cap)[None, :] < self.count[:, None]
-        positive = valid & (self._rewards > spec.positive_threshold)
+        positive = valid & (self.rewards > spec.positive_threshold)
         kept, included = self.policy.select(self, valid, positive)
         included = included & ~self._failed
         kept = kept & included[:, None]
         slot, index = np.nonzero(kept)
-        reward = self._rewards[slot, index]
-        _, pool_mean, pool_std = group_stats(np.nonzero(valid)[0], self._rewards[valid], slots_n)
+        reward = self.rewards[slot, index]
+        _, pool_mean, pool_std = group_stats(np.nonzero(valid)[0], self.rewards[valid], slots_n)
         advantage, pool_mean = self.policy.advantage(self, slot, reward, pool_mean, pool_std)
         result = StepResult(
             spec=spec,
@@ -247,7 +248,7 @@ class StepSampler:
         result.metrics = step_metrics(
             result,
             first_request=self._first_request,
-            first_draw_reward=np.where(first, self._rewards, 0.0).sum(axis=1) / np.maximum(first.sum(axis=1), 1),
+            first_draw_reward=np.where(first, self.rewards, 0.0).sum(axis=1) / np.maximum(first.sum(axis=1), 1),
             initial_prompts=self.target,
         )
         result.metrics.update(self.policy.metrics(self, result))
