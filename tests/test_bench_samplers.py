@@ -381,8 +381,8 @@ def test_greso_moves_its_keep_factors_as_the_authors_trainer() -> None:
 def test_greso_sizes_its_refills_as_the_authors_trainer_and_survives_an_all_zero_variance_round() -> None:
     settings = greso.GresoSettings()
     for missing, share, size, last in GRESO_REFILL:
-        assert greso.refill(missing, share, settings) == (size, last)
+        assert greso.refill(missing, share, settings, 256) == (size, last)
     # every group zero-variance: the authors' code raises ZeroDivisionError (ray_trainer.py:1156); the
     # largest round here, not the last
-    assert greso.refill(1280, 1.0, settings) == (384, False)
-    assert math.isclose(greso.OVERPROVISION, 1.25) and settings.min_sampling_batch_size == 64
+    assert greso.refill(1280, 1.0, settings, 256) == (384, False)
+    assert math.isclose(greso.OVERPROVISION, 1.25) and settings.round_sizes(256) == (384, 64)

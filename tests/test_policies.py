@@ -120,7 +120,12 @@ def test_a_prompt_allocated_no_response_is_finished_without_a_group() -> None:
 
 def test_greso_fills_rounds_with_unskipped_prompts_and_sizes_refills_as_its_authors() -> None:
     spec = SamplerSpec(
-        kind="greso", n=4, greso_sampling_batch_size=6, greso_min_sampling_batch_size=2, greso_max_rounds=5, seed=2
+        kind="greso",
+        n=4,
+        greso_sampling_batch_ratio=0.75,
+        greso_min_sampling_batch_ratio=0.25,
+        greso_max_rounds=5,
+        seed=2,
     )
     memory = estimator_for(spec)
     rng = np.random.default_rng(11)
@@ -142,7 +147,7 @@ def test_greso_fills_rounds_with_unskipped_prompts_and_sizes_refills_as_its_auth
     m1 = int(mixed[:8].sum())
     settings = greso.GresoSettings.of(spec)
     if m1 < 8:
-        assert asked[0] == greso.refill((8 - m1) * 4, 1 - m1 / 8, settings)[0]
+        assert asked[0] == greso.refill((8 - m1) * 4, 1 - m1 / 8, settings, 8)[0]
     assert all(2 <= k <= 6 for k in asked) and len(asked) == sampler.policy.rounds - 1
     # it stops once 8 groups are mixed, after its last round, or at the cap; the update holds the first 8 mixed
     assert mixed.sum() >= 8 or sampler.policy.last or sampler.policy.rounds == 5
@@ -154,7 +159,7 @@ def test_greso_fills_rounds_with_unskipped_prompts_and_sizes_refills_as_its_auth
 
 
 def test_greso_skips_a_known_prompt_with_the_authors_probability_drawn_from_the_step_stream(tmp_path) -> None:
-    spec = SamplerSpec(kind="greso", n=2, greso_sampling_batch_size=2, greso_min_sampling_batch_size=1, seed=4)
+    spec = SamplerSpec(kind="greso", n=2, greso_sampling_batch_ratio=0.5, seed=4)
     memory = estimator_for(spec)
     memory.histories = {"a": [1.0, 1.0, 1.0], "b": [0.0, 0.0], "c": [0.5]}
     memory.p_easy, memory.p_hard = 0.6, 0.7

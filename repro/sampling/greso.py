@@ -18,15 +18,16 @@ Followed where the authors' code is defined, quirks included:
 - the first epoch does not move the factors (RT:1207).
 Where it is not defined, this module diverges, and says so:
 - a round whose groups are all zero-variance makes the refill size divide by zero (RT:1156); here the refill
-  is the largest round (`sampling_batch_size` prompts) and not the last.
+  is the largest round and not the last.
 How a step runs it (`repro.sampling.policies.GresoPolicy`), with what the bench's drivers change:
-- a round is `sampling_batch_size` prompts that were not skipped; the authors' round is whole dataloader
+- rounds are sized relative to the step's update prompts (384 and 64 of 256 in the authors' script), so a
+  miniature keeps their shape;
+- a round is that many prompts that were not skipped; the authors' round is whole dataloader
   batches until at least that many were kept (up to a batch more), trimmed to a multiple of the GPU count
   (RT:1006-1013); here the round is filled to exactly its size;
 - "the first epoch" (RT:1207) is read as: no prompt rolled out in this step had been rolled out before
   (the drivers draw epochs without replacement, so this is the first epoch until the first repeat);
-- the smallest refill round (64 prompts, RT:1162) is a setting, so that a miniature scales it with its
-  batch, and a step stops after `max_rounds` rounds (the authors' loop runs to the end of the epoch).
+- a step stops after `max_rounds` rounds (the authors' loop runs to the end of the epoch).
 """
 
 from __future__ import annotations
@@ -107,16 +108,17 @@ def group_shares(groups: Sequence[Sequence[float]]) -> tuple[float, float]:
     return easy / len(groups), hard / len(groups)
 
 
-def refill(missing: int, zero_variance_share: float, settings: GresoSettings) -> tuple[int, bool]:
+def refill(missing: int, zero_variance_share: float, settings: GresoSettings, target: int) -> tuple[int, bool]:
     """(prompts to roll out next, whether that round is the last): enough for the `missing` responses at the
-    last round's zero-variance share, 25% over, within [64, sampling_batch_size] prompts; the round is the
-    last when the estimate fits (RT:1155-1162). All zero-variance: the largest round (module doc)."""
-    floor = settings.min_sampling_batch_size
+    last round's zero-variance share, 25% over, within [64, 384] prompts for an update of 256 (`target`
+    update prompts, the settings' ratios); the round is the last when the estimate fits (RT:1155-1162). All
+    zero-variance: the largest round (module doc)."""
+    largest, floor = settings.round_sizes(target)
     if zero_variance_share >= 1:
-        return max(settings.sampling_batch_size, floor), False
+        return max(largest, floor), False
     estimate = int(missing / (1 - zero_variance_share) / settings.n * OVERPROVISION)
-    last = estimate <= settings.sampling_batch_size
-    return max(min(estimate, settings.sampling_batch_size), floor), last
+    last = estimate <= largest
+    return max(min(estimate, largest), floor), last
 
 
 @dataclass

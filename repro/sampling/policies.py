@@ -343,7 +343,12 @@ class GresoPolicy(Policy):
             raise ValueError("greso needs a GresoMemory that persists across steps")
         self.memory = s.estimator
         self.log: list[int] = []  # EASY, HARD or KEPT per slot
-        self.round_size, self.round_start, self.rounds, self.last = self.settings.sampling_batch_size, 0, 1, False
+        self.round_size, self.round_start, self.rounds, self.last = (
+            self.settings.round_sizes(len(prompt_ids))[0],
+            0,
+            1,
+            False,
+        )
         self.factors = (self.memory.p_easy, self.memory.p_hard)  # as this step's skips read them
         return self._decide(s, prompt_ids), None, np.ones(0)
 
@@ -366,7 +371,7 @@ class GresoPolicy(Policy):
         rolled[: self.round_start] = False  # the last round's groups only
         share = 1.0 - float(mixed[rolled].sum()) / max(int(rolled.sum()), 1)
         missing = (s.target - int(mixed.sum())) * self.settings.n  # responses (RT:1155)
-        return greso.refill(missing, share, self.settings)
+        return greso.refill(missing, share, self.settings, s.target)
 
     def prompts_wanted(self, s: StepView) -> int:
         kept = self._kept_in_round()

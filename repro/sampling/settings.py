@@ -226,8 +226,9 @@ class GresoSettings(Settings):
     target_zero_variance: float = 0.25  # data.target_zero_variance (L21)
     min_p: float = 0.05  # data.min_p (RT:1203)
     max_p: float = 0.95  # data.max_p (RT:1204)
-    sampling_batch_size: int = 384  # prompts per rollout round (L22); the refill's cap
-    min_sampling_batch_size: int = 64  # the smallest refill round (RT:1162, a constant there)
+    # rounds in prompts as multiples of the step's update prompts, so a miniature keeps the authors' shape:
+    sampling_batch_ratio: float = 1.5  # a round: 384 prompts (L22) for an update of 256 (L23, real_train_batch_size)
+    min_sampling_batch_ratio: float = 0.25  # the smallest refill: 64 prompts (RT:1162, a constant there) of 256
     max_rounds: int = 10  # rounds a step may take (ours: the authors' loop ends with the epoch)
 
     def problems(self) -> list[str]:
@@ -239,11 +240,15 @@ class GresoSettings(Settings):
                 out.append(f"{name} must be in (0, 1]")
         if not 0 <= self.target_zero_variance < 1:
             out.append("target_zero_variance must be in [0, 1)")
-        if self.sampling_batch_size < 1 or self.n < 2:
-            out.append("sampling_batch_size must be >= 1 and n >= 2")
-        if not self.min_sampling_batch_size >= 1 or self.max_rounds < 1:
-            out.append("min_sampling_batch_size and max_rounds must be >= 1")
+        if not 0 < self.min_sampling_batch_ratio <= self.sampling_batch_ratio or self.n < 2:
+            out.append("need 0 < min_sampling_batch_ratio <= sampling_batch_ratio and n >= 2")
+        if self.max_rounds < 1:
+            out.append("max_rounds must be >= 1")
         return out
+
+    def round_sizes(self, target: int) -> tuple[int, int]:
+        """(the largest round, the smallest refill) in prompts for a step of `target` update prompts."""
+        return max(1, round(self.sampling_batch_ratio * target)), max(1, round(self.min_sampling_batch_ratio * target))
 
     @property
     def targets(self) -> tuple[float, float]:

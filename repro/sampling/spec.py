@@ -89,8 +89,8 @@ class SamplerSpec:
     greso_target_zero_variance: float = 0.25
     greso_min_p: float = 0.05
     greso_max_p: float = 0.95
-    greso_sampling_batch_size: int = 384
-    greso_min_sampling_batch_size: int = 64
+    greso_sampling_batch_ratio: float = 1.5
+    greso_min_sampling_batch_ratio: float = 0.25
     greso_max_rounds: int = 10
 
     def __post_init__(self) -> None:
