@@ -343,12 +343,8 @@ class GresoPolicy(Policy):
             raise ValueError("greso needs a GresoMemory that persists across steps")
         self.memory = s.estimator
         self.log: list[int] = []  # EASY, HARD or KEPT per slot
-        self.round_size, self.round_start, self.rounds, self.last = (
-            self.settings.round_sizes(len(prompt_ids))[0],
-            0,
-            1,
-            False,
-        )
+        self.round_size = self.settings.round_sizes(len(prompt_ids))[0]
+        self.round_start, self.rounds, self.last = 0, 1, False
         self.factors = (self.memory.p_easy, self.memory.p_hard)  # as this step's skips read them
         return self._decide(s, prompt_ids), None, np.ones(0)
 
