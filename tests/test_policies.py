@@ -48,7 +48,7 @@ def test_a_spec_of_the_paper_methods_stores_as_before_and_a_bench_spec_round_tri
 
 
 def test_pods_keeps_the_max_variance_subset_of_every_prompt_and_scores_it_alone() -> None:
-    spec = SamplerSpec(kind="pods", n=4, pods_generate=8, seed=3)
+    spec = SamplerSpec(kind="pods", n=4, pods_generate=8, seed=3, epsilon=pods.STD_EPSILON)
     rng = np.random.default_rng(0)
     rates = {i: r for i, r in enumerate([0.1, 0.5, 0.9, 0.0, 1.0, 0.3])}
     sampler = StepSampler(spec, list(rates), step=0)

@@ -182,10 +182,13 @@ class Method:
     sampler: Settings
     released: bool = False  # the authors' released code, not the paper's text (est-released)
     base: str | None = None  # for METHOD-async: the method it runs asynchronously
+    literature: str | None = None  # another paper's method, run on this sampling core (the bench)
 
     @property
     def origin(self) -> str:
-        return "paper" if self.paper else "released code" if self.released else "ours"
+        if self.paper:
+            return "paper"
+        return "released code" if self.released else "literature" if self.literature else "ours"
 
     @property
     def asynchronous(self) -> bool:
@@ -791,9 +794,13 @@ def _parse_methods(data: Mapping[str, Any], filename: str) -> dict[str, Method]:
     for key, raw in data.items():
         where = f"{filename}: {key}"
         entry = _mapping(raw, where)
-        extra = sorted(set(entry) - {"summary", "paper", "released", "source", "sampler"})
+        extra = sorted(set(entry) - {"summary", "paper", "released", "literature", "source", "sampler"})
         if extra:
-            raise CatalogError(f"{where}: unknown fields {extra}; allowed: paper, released, sampler, source, summary")
+            raise CatalogError(
+                f"{where}: unknown fields {extra}; allowed: literature, paper, released, sampler, source, summary"
+            )
+        if entry.get("literature") is not None and not isinstance(entry["literature"], str):
+            raise CatalogError(f"{where}.literature: must be the paper the method comes from")
         if not isinstance(entry.get("paper"), bool):
             raise CatalogError(f"{where}.paper: must be true or false")
         if not isinstance(entry.get("released", False), bool):
@@ -815,6 +822,7 @@ def _parse_methods(data: Mapping[str, Any], filename: str) -> dict[str, Method]:
             source=_text(entry.get("source"), f"{where}.source"),
             sampler=sampler,
             released=entry.get("released", False),
+            literature=entry.get("literature"),
         )
         try:
             method.sampler_spec()

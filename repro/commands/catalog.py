@@ -17,7 +17,7 @@ from repro import catalog
 from repro.catalog import Setting
 from repro.console import stdout_console
 from repro.errors import ReproError, unknown_name
-from repro.sampling.spec import SamplerSpec
+from repro.sampling.settings import SETTINGS
 
 
 def models(
@@ -100,15 +100,18 @@ def methods(
     if name is None:
         console.print(_methods_table())
         console.print(
-            "paper: run in arXiv 2510.04996; released code: as the authors released it; ours: beyond the paper. "
+            "paper: run in arXiv 2510.04996; released code: as the authors released it; literature: another paper's "
+            "method on this sampling core; ours: beyond the paper. "
             "Show one with its sources: repro methods NAME",
             style="dim",
         )
         return
     method = catalog.get_method(name)
-    origin = {"paper": "in the paper", "released code": "the authors' released code"}.get(
-        method.origin, "ours, beyond the paper"
-    )
+    origin = {
+        "paper": "in the paper",
+        "released code": "the authors' released code",
+        "literature": f"from {method.literature}, on this sampling core",
+    }.get(method.origin, "ours, beyond the paper")
     console.print(Text(f"{method.key} ({origin})", style="bold"))
     console.print(Text(method.summary))
     console.print(Text(f"Defined in: {method.source}", style="dim"))
@@ -192,29 +195,15 @@ def _methods_table() -> Table:
     table.add_column("origin")
     for method in catalog.methods().values():
         spec = method.sampler_spec()
-        group = f"~{spec.n_avg}" if spec.kind == "est" else str(spec.n)
+        settings = SETTINGS[spec.kind].of(spec)
         table.add_row(
             Text(method.key),
             Text(spec.kind),
-            Text(group),
-            Text(_knobs(spec)),
+            Text(settings.group()),
+            Text(settings.knobs()),
             Text(method.origin),
         )
     return table
-
-
-def _knobs(spec: SamplerSpec) -> str:
-    """The few knobs that tell the methods apart, in words a reader of the paper recognises."""
-    if spec.kind == "uniform":
-        return "std-normalised group advantage" if spec.norm_adv_by_std else "mean-centred group advantage"
-    if spec.kind == "dapo":
-        return f"drop all-equal groups, <= {spec.max_num_gen_batches} gen batches, at cap: {spec.on_cap}"
-    if spec.kind == "seq":
-        schedule = "streaming" if spec.streaming else "rounds"
-        return f"exit {spec.exit_rule}, M={spec.round_size} x N={spec.max_rounds}, {schedule}"
-    if spec.allocation == "inverse":
-        return f"1 + rest ∝ 1/p, no cap, Beta({spec.prior_alpha:g}, {spec.prior_beta:g}) prior, no weight"
-    return f"N in [{spec.n_min}, {spec.n_max}] ∝ 1/sqrt(p), w_max={spec.w_max}"
 
 
 def _released_tables(kind: str) -> list[Table | Text]:

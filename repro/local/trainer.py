@@ -47,7 +47,7 @@ from repro.loggers import ALWAYS, TENSORBOARD_ENV, TENSORBOARD_FOLDER, tracking_
 from repro.prompting import template_for
 from repro.reward import compute_score
 from repro.rundir import MetricsWriter, RunDir
-from repro.sampling import BetaBernoulliEstimator, SamplerSpec, StepSampler, estimator_for
+from repro.sampling import Memory, SamplerSpec, StepSampler, estimator_for, policy_for
 
 PENDING_FILE = "pending_step.pt"  # async schedule: the next step's batch, sampled before this step's update
 
@@ -203,7 +203,7 @@ class CpuTrainer:
         self.prompts = load_prompts(Path(config.data["folder"]) / "train.parquet", self.tokenizer)
         self.loader = EpochLoader(len(self.prompts), config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
-        self.estimator: BetaBernoulliEstimator | None = estimator_for(self.spec)
+        self.estimator: Memory | None = estimator_for(self.spec)  # Est's estimator, or another method's state
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=self.train.lr, weight_decay=self.train.weight_decay
         )
@@ -277,7 +277,7 @@ class CpuTrainer:
         self.generator.set_state(state["generator"])
         self.loader.load_state_dict(state["loader"])
         if self.estimator is not None:
-            self.estimator = BetaBernoulliEstimator.load(folder / "estimator.json")
+            self.estimator = policy_for(self.spec).load_memory(folder / "estimator.json")
         pending = folder / PENDING_FILE
         self._pending = torch.load(pending, weights_only=False) if pending.exists() else None
         self.step = step

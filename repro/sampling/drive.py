@@ -26,6 +26,8 @@ def run_step_sync(sampler: StepSampler, sample: SampleFn, draw_prompts: DrawFn |
             sampler.add_prompts(draw_prompts(wanted))
         slots, counts = sampler.plan()
         if slots.size == 0:
+            if sampler.prompts_wanted():  # every prompt drawn was skipped (GRESO): draw again
+                continue
             break
         sampler.observe_many(slots, sample(slots, counts))
     return sampler.finalize()

@@ -49,9 +49,9 @@ def _variance(rewards: np.ndarray) -> np.float32:
     return np.float32(np.var(rewards.astype(np.float32).astype(np.float64), ddof=1))
 
 
-def advantages(kept_rewards: np.ndarray) -> np.ndarray:
+def advantages(kept_rewards: np.ndarray, epsilon: float = STD_EPSILON) -> np.ndarray:
     """GRPO's advantage over the kept responses: (r - mean) / (unbiased std + 1e-4); 0 for a single one."""
     r = np.asarray(kept_rewards, dtype=float)
     if r.size < 2:
         return np.zeros_like(r)
-    return (r - r.mean()) / (r.std(ddof=1) + STD_EPSILON)
+    return (r - r.mean()) / (r.std(ddof=1) + epsilon)

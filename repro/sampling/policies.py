@@ -273,7 +273,7 @@ class PodsPolicy(Policy):
         advantage = np.zeros_like(reward)
         for k in np.unique(slot):
             rows = slot == k
-            advantage[rows] = pods.advantages(reward[rows])
+            advantage[rows] = pods.advantages(reward[rows], self.settings.epsilon)
         return advantage, pool_mean
 
 
@@ -300,7 +300,7 @@ class KnapsackPolicy(Policy):
     def advantage(
         self, s: StepView, slot: np.ndarray, reward: np.ndarray, pool_mean: np.ndarray, pool_std: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        return grpo_advantage(slot, reward, s.num_slots, True, self.spec.epsilon), pool_mean
+        return grpo_advantage(slot, reward, s.num_slots, True, self.settings.epsilon), pool_mean
 
     def metrics(self, s: StepView, result: StepResult) -> dict[str, float]:
         valid = self.states[:, 0] == 1
@@ -393,7 +393,7 @@ class GresoPolicy(Policy):
     def advantage(
         self, s: StepView, slot: np.ndarray, reward: np.ndarray, pool_mean: np.ndarray, pool_std: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        return grpo_advantage(slot, reward, s.num_slots, True, self.spec.epsilon), pool_mean  # adv_estimator=grpo
+        return grpo_advantage(slot, reward, s.num_slots, True, self.settings.epsilon), pool_mean  # adv_estimator=grpo
 
     def metrics(self, s: StepView, result: StepResult) -> dict[str, float]:
         log = np.array(self.log)

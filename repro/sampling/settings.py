@@ -15,12 +15,13 @@ from typing import Any, ClassVar
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
-    """What every family reads: the update group size and the reward threshold of a positive."""
+    """What every family reads: the update group size, the reward threshold of a positive, the std guard."""
 
     kind: ClassVar[str]
     prefix: ClassVar[str] = ""  # of this family's own fields in the flat spec
     n: int
     positive_threshold: float = 0.7
+    epsilon: float = 1e-6  # the advantage's denominator guard, where a family divides by a std
 
     @classmethod
     def of(cls, spec: Any) -> Settings:
@@ -46,6 +47,14 @@ class Settings:
         """The most responses one prompt can get in a step of `prompts` prompts: the pool arrays' width."""
         return self.n
 
+    def group(self) -> str:
+        """Responses per prompt in the update, as `repro methods` shows it."""
+        return str(self.n)
+
+    def knobs(self) -> str:
+        """The few knobs that tell the family's methods apart, in words a reader of the papers recognises."""
+        return ""
+
 
 @dataclass(frozen=True, kw_only=True)
 class UniformSettings(Settings):
@@ -53,7 +62,9 @@ class UniformSettings(Settings):
 
     kind: ClassVar[str] = "uniform"
     norm_adv_by_std: bool
-    epsilon: float
+
+    def knobs(self) -> str:
+        return "std-normalised group advantage" if self.norm_adv_by_std else "mean-centred group advantage"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +75,9 @@ class DapoSettings(UniformSettings):
     gen_batch_size: int | None
     max_num_gen_batches: int
     on_cap: str
+
+    def knobs(self) -> str:
+        return f"drop all-equal groups, <= {self.max_num_gen_batches} gen batches, at cap: {self.on_cap}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +93,6 @@ class SeqSettings(Settings):
     downsample: str
     unresolved: str
     global_std_norm: bool
-    epsilon: float
 
     def problems(self) -> list[str]:
         out: list[str] = []
@@ -99,6 +112,10 @@ class SeqSettings(Settings):
 
     def pool_cap(self, prompts: int) -> int:
         return self.round_size * self.max_rounds
+
+    def knobs(self) -> str:
+        schedule = "streaming" if self.streaming else "rounds"
+        return f"exit {self.exit_rule}, M={self.round_size} x N={self.max_rounds}, {schedule}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,7 +137,6 @@ class EstSettings(Settings):
     prior_beta: float
     est_advantage: str
     global_std_norm: bool
-    epsilon: float
 
     def problems(self) -> list[str]:
         out: list[str] = []
@@ -151,6 +167,14 @@ class EstSettings(Settings):
             return 1 + (self.n_avg - 1) * max(1, prompts)
         return self.n_max
 
+    def group(self) -> str:
+        return f"~{self.n_avg}"
+
+    def knobs(self) -> str:
+        if self.allocation == "inverse":
+            return f"1 + rest ∝ 1/p, no cap, Beta({self.prior_alpha:g}, {self.prior_beta:g}) prior, no weight"
+        return f"N in [{self.n_min}, {self.n_max}] ∝ 1/sqrt(p), w_max={self.w_max}"
+
 
 @dataclass(frozen=True, kw_only=True)
 class PodsSettings(Settings):
@@ -169,6 +193,9 @@ class PodsSettings(Settings):
 
     def pool_cap(self, prompts: int) -> int:
         return self.generate
+
+    def knobs(self) -> str:
+        return f"{self.generate} drawn, the {self.n} of largest reward variance kept"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,6 +238,15 @@ class KnapsackSettings(Settings):
         other prompts' floors; the whole budget bounds it."""
         return self.n * max(1, prompts)
 
+    def group(self) -> str:
+        return f"~{self.n}"
+
+    def knobs(self) -> str:
+        return (
+            f"budget {self.n}/prompt by knapsack on p, N in [{self.min_n}, {self.max_n}], "
+            f"p from the last {self.reward_buffer_length} outcomes"
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class GresoSettings(Settings):
@@ -245,6 +281,12 @@ class GresoSettings(Settings):
         if self.max_rounds < 1:
             out.append("max_rounds must be >= 1")
         return out
+
+    def knobs(self) -> str:
+        return (
+            f"skip by history, keep factors -> {self.target_zero_variance:g} zero-variance, "
+            f"rounds of {self.sampling_batch_ratio:g}x batch, drop all-equal groups"
+        )
 
     def round_sizes(self, target: int) -> tuple[int, int]:
         """(the largest round, the smallest refill) in prompts for a step of `target` update prompts."""

@@ -97,8 +97,9 @@ def simulate_method(
         size_hist += np.bincount(size[:batch], minlength=cap + 1)
         per_step_draws.append(met["sampler/responses_total"] / batch)
         pool_mixed = (result.pool_positives > 0) & (result.pool_positives < size)
+        drawn = size > 0  # GRESO skips prompts before any rollout: they hold no group at all
         signal.append(met["sampler/signal_frac"])
-        zero.append(1.0 - pool_mixed.mean())
+        zero.append(1.0 - pool_mixed[drawn].mean())
         if spec.kind == "seq":
             unresolved.append(met["sampler/unresolved"] / batch)
             mixed_p = seq.mixed[ids_now]
@@ -107,10 +108,10 @@ def simulate_method(
             ex_signal.append(float(mixed_p.sum() / kept))
             ex_zero.append(float(1.0 - mixed_p.mean()))
             ex_unres.append(float(unres_p.mean()))
-        elif spec.kind == "dapo":
+        elif spec.kind in ("dapo", "greso"):  # the update keeps mixed groups only
             ex_signal.append(1.0)
-            ex_zero.append(float(1.0 - uniform_mixed(p, spec.n).mean()))
-        else:
+            ex_zero.append(float(1.0 - uniform_mixed(p[drawn], spec.n).mean()))
+        else:  # uniform, est, knapsack (sizes fixed before the step's draws), pods (a mixed pool keeps both)
             mixed_p = uniform_mixed(p, size)
             ex_signal.append(float(mixed_p.mean()))
             ex_zero.append(float(1.0 - mixed_p.mean()))
@@ -137,6 +138,13 @@ def simulate_method(
     elif spec.kind == "est":
         exact["draws_mean"], exact["draws_p95"] = float(spec.n_avg), None
         draws_p95 = _quantile_from_pmf(sizes, size_hist, 0.95)
+    elif spec.kind in ("pods", "knapsack"):  # n x batch by construction (Knapsack), `generate` each (PODS)
+        exact["draws_mean"] = float(spec.pods_generate if spec.kind == "pods" else spec.n)
+        exact["draws_p95"] = float(spec.pods_generate) if spec.kind == "pods" else None
+        draws_p95 = _quantile_from_pmf(sizes, size_hist, 0.95)
+    elif spec.kind == "greso":  # skips and refills depend on histories: no closed form
+        exact["draws_mean"], exact["draws_p95"] = None, None
+        draws_p95 = float(np.quantile(draws, 0.95))
     else:  # dapo: cost per update prompt, from generation batches
         q = float(uniform_mixed(pass_rates, spec.n).mean())
         gen = spec.gen_batch_size or batch
