@@ -27,6 +27,16 @@ def grpo_advantage(
     return centred / (std_g + epsilon) if norm_by_std else centred
 
 
+def grpo_affine(
+    groups: np.ndarray, rewards: np.ndarray, n_groups: int, epsilon: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """verl's `grpo` with std normalisation as per-group (baseline, scale), A = (r - baseline) * scale: the form
+    the verl plugin's estimator applies, so both engines compute the same bits. A singleton keeps r/(1 + eps)."""
+    count, mean, std = group_stats(groups, rewards, n_groups)
+    single = count <= 1
+    return np.where(single, 0.0, mean), 1.0 / (np.where(single, 1.0, std) + epsilon)
+
+
 def global_baseline_advantage(
     rewards: np.ndarray,
     pool_mean: np.ndarray,

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Hashable, Sequence
-from typing import ClassVar, Protocol
+from typing import ClassVar, NamedTuple, Protocol
 
 import numpy as np
 
 from repro.sampling import greso, knapsack, pods
-from repro.sampling.advantage import global_baseline_advantage, grpo_advantage, released_est_baseline
+from repro.sampling.advantage import global_baseline_advantage, grpo_advantage, grpo_affine, released_est_baseline
 from repro.sampling.allocation import allocate, inverse_allocation, residual_weights
 from repro.sampling.downsample import select_group
 from repro.sampling.estimator import BetaBernoulliEstimator
@@ -77,6 +77,16 @@ class StepView(Protocol):
     def mixed(self) -> np.ndarray: ...
 
 
+class Scored(NamedTuple):
+    """A step's advantages: per kept response, the baseline per prompt the result reports as its pool mean, and
+    for the affine families the per-prompt (baseline, scale) with A = (r - baseline) * scale."""
+
+    advantage: np.ndarray
+    pool_mean: np.ndarray
+    baseline: np.ndarray | None = None
+    scale: np.ndarray | None = None
+
+
 class DapoCapExceeded(RuntimeError):
     """DAPO hit its generation-batch cap before collecting enough mixed groups (verl raises too)."""
 
@@ -87,6 +97,9 @@ class Policy:
     settings_type: ClassVar[type[Settings]] = UniformSettings
     keeps_estimator: ClassVar[bool] = False  # state across steps that drivers create, save and restore
     refills: ClassVar[bool] = False  # draws fresh prompts within a step
+    # verl's advantage estimator on the verl path: its own "grpo" over each kept group, or the plugin's
+    # "reinforce_ada", A = (r - baseline) * scale from the core's numbers (repro.verl_plugin.advantage)
+    verl_advantage: ClassVar[str] = "grpo"
 
     def __init__(self, spec: SamplerSpec) -> None:
         self.spec = spec
@@ -124,10 +137,10 @@ class Policy:
 
     def advantage(
         self, s: StepView, slot: np.ndarray, reward: np.ndarray, pool_mean: np.ndarray, pool_std: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(advantage per kept response, the baseline per prompt the result reports)."""
+    ) -> Scored:
+        """Advantages of the kept responses (see `Scored`)."""
         st = self.settings
-        return grpo_advantage(slot, reward, s.num_slots, st.norm_adv_by_std, st.epsilon), pool_mean
+        return Scored(grpo_advantage(slot, reward, s.num_slots, st.norm_adv_by_std, st.epsilon), pool_mean)
 
     def metrics(self, s: StepView, result: StepResult) -> dict[str, float]:
         return {}
@@ -171,6 +184,7 @@ class SeqPolicy(Policy):
     downsampled group of n against the whole pool's mean."""
 
     settings_type = SeqSettings
+    verl_advantage = "reinforce_ada"
 
     def need(self, s: StepView, slots: np.ndarray) -> np.ndarray:
         st = self.settings
@@ -191,10 +205,10 @@ class SeqPolicy(Policy):
 
     def advantage(
         self, s: StepView, slot: np.ndarray, reward: np.ndarray, pool_mean: np.ndarray, pool_std: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> Scored:
         st = self.settings
         std = pool_std[slot] if st.global_std_norm else None
-        return global_baseline_advantage(reward, pool_mean[slot], std, st.epsilon), pool_mean
+        return Scored(global_baseline_advantage(reward, pool_mean[slot], std, st.epsilon), pool_mean)
 
     def metrics(self, s: StepView, result: StepResult) -> dict[str, float]:
         return seq_metrics(result)
@@ -205,6 +219,7 @@ class EstPolicy(Policy):
     residual-weighted advantages against the pool mean (or, as released, 1/p_hat shares and r - pool share)."""
 
     settings_type = EstSettings
+    verl_advantage = "reinforce_ada"
     keeps_estimator = True
 
     def new_memory(self) -> BetaBernoulliEstimator:
@@ -231,14 +246,14 @@ class EstPolicy(Policy):
 
     def advantage(
         self, s: StepView, slot: np.ndarray, reward: np.ndarray, pool_mean: np.ndarray, pool_std: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> Scored:
         st = self.settings
         if st.est_advantage == "released":
             pool_mean = released_est_baseline(s.npos, s.count)  # what the verl estimator subtracts too
-            return reward - pool_mean[slot], pool_mean
+            return Scored(reward - pool_mean[slot], pool_mean)
         std = pool_std[slot] if st.global_std_norm else None
         advantage = global_baseline_advantage(reward, pool_mean[slot], std, st.epsilon)
-        return advantage * s.weight[slot], pool_mean
+        return Scored(advantage * s.weight[slot], pool_mean)
 
     def metrics(self, s: StepView, result: StepResult) -> dict[str, float]:
         return est_metrics(result, s.p_hat)
@@ -256,6 +271,7 @@ class PodsPolicy(Policy):
     over those n alone (`repro.sampling.pods`, the authors' single-GPU rule)."""
 
     settings_type = PodsSettings
+    verl_advantage = "reinforce_ada"
 
     def start(self, s: StepView, prompt_ids: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         return np.full(len(prompt_ids), self.settings.generate), None, np.ones(0)
@@ -269,12 +285,12 @@ class PodsPolicy(Policy):
 
     def advantage(
         self, s: StepView, slot: np.ndarray, reward: np.ndarray, pool_mean: np.ndarray, pool_std: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        advantage = np.zeros_like(reward)
+    ) -> Scored:
+        baseline, scale = np.zeros(s.num_slots), np.ones(s.num_slots)
         for k in np.unique(slot):
-            rows = slot == k
-            advantage[rows] = pods.advantages(reward[rows], self.settings.epsilon)
-        return advantage, pool_mean
+            kept = reward[slot == k]
+            baseline[k], scale[k] = kept.mean(), 1.0 / (kept.std(ddof=1) + self.settings.epsilon)
+        return Scored((reward - baseline[slot]) * scale[slot], pool_mean, baseline, scale)
 
 
 class KnapsackPolicy(Policy):
@@ -282,6 +298,7 @@ class KnapsackPolicy(Policy):
     its buffer of outcomes across steps; the update on every response, GRPO's group-normalised advantages."""
 
     settings_type = KnapsackSettings
+    verl_advantage = "reinforce_ada"
     keeps_estimator = True
 
     def new_memory(self) -> knapsack.PassRateBuffer:
@@ -299,8 +316,9 @@ class KnapsackPolicy(Policy):
 
     def advantage(
         self, s: StepView, slot: np.ndarray, reward: np.ndarray, pool_mean: np.ndarray, pool_std: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        return grpo_advantage(slot, reward, s.num_slots, True, self.settings.epsilon), pool_mean
+    ) -> Scored:
+        baseline, scale = grpo_affine(slot, reward, s.num_slots, self.settings.epsilon)
+        return Scored((reward - baseline[slot]) * scale[slot], pool_mean, baseline, scale)
 
     def metrics(self, s: StepView, result: StepResult) -> dict[str, float]:
         valid = self.states[:, 0] == 1
@@ -392,8 +410,9 @@ class GresoPolicy(Policy):
 
     def advantage(
         self, s: StepView, slot: np.ndarray, reward: np.ndarray, pool_mean: np.ndarray, pool_std: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        return grpo_advantage(slot, reward, s.num_slots, True, self.settings.epsilon), pool_mean  # adv_estimator=grpo
+    ) -> Scored:
+        baseline, scale = grpo_affine(slot, reward, s.num_slots, self.settings.epsilon)  # adv_estimator=grpo
+        return Scored((reward - baseline[slot]) * scale[slot], pool_mean, baseline, scale)
 
     def metrics(self, s: StepView, result: StepResult) -> dict[str, float]:
         log = np.array(self.log)

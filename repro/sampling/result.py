@@ -30,6 +30,10 @@ class StepResult:
     advantage: np.ndarray  # [rows]
     metrics: dict[str, float] = field(default_factory=dict)
     failed: np.ndarray | None = None  # [slots] prompts whose generation failed (`StepSampler.fail`); never included
+    # the advantage as A = (r - baseline[slot]) * scale[slot], where a policy defines it that way (the bench's
+    # families); None: (pool_mean, weight), with the verl estimator's own std option (Seq, Est)
+    baseline: np.ndarray | None = None
+    scale: np.ndarray | None = None
 
     def group(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """Kept arrival indices and their advantages for one prompt."""

@@ -227,7 +227,8 @@ class StepSampler:
         slot, index = np.nonzero(kept)
         reward = self.rewards[slot, index]
         _, pool_mean, pool_std = group_stats(np.nonzero(valid)[0], self.rewards[valid], slots_n)
-        advantage, pool_mean = self.policy.advantage(self, slot, reward, pool_mean, pool_std)
+        scored = self.policy.advantage(self, slot, reward, pool_mean, pool_std)
+        advantage, pool_mean = scored.advantage, scored.pool_mean
         result = StepResult(
             spec=spec,
             prompt_ids=list(self._ids),
@@ -243,6 +244,8 @@ class StepSampler:
             index=index,
             reward=reward,
             advantage=advantage,
+            baseline=scored.baseline,
+            scale=scored.scale,
         )
         first = np.arange(self._cap)[None, :] < np.minimum(self._first_request, self.count)[:, None]
         result.metrics = step_metrics(

@@ -252,8 +252,8 @@ async def _run_dapo_rounds(
                 raise RuntimeError(f"refill slots {slots.tolist()} are not the next {wanted} slots after {first}")
             for slot in slots:
                 pools[int(slot)] = []
-        if not await _run_round(sampler, draw, accept):
-            break
+        if not await _run_round(sampler, draw, accept) and not sampler.prompts_wanted():
+            break  # (GRESO: when every prompt drawn was skipped, it draws again)
 
 
 def _assemble(result: StepResult, pools: dict[int, list[Sample]]) -> AdaptiveStep:

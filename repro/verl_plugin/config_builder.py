@@ -26,6 +26,7 @@ from repro.errors import ReproError
 from repro.launch.allocation_end import BARRIER_FLOOR_S, DIST_TIMEOUT_ENV
 from repro.loggers import TENSORBOARD_ENV, TENSORBOARD_FOLDER, parse_loggers
 from repro.rundir import cell_name
+from repro.sampling.policies import policy_for
 from repro.verl_plugin.retention import KEPT_ENV
 
 ADV_ESTIMATOR = "reinforce_ada"
@@ -332,10 +333,11 @@ def build_overrides(cell: VerlCell) -> list[str]:
     max_pos = res.get("model.override_config.max_position_embeddings")
     if max_pos:
         o["+actor_rollout_ref.model.override_config.max_position_embeddings"] = max_pos
-    if spec.kind in ("uniform", "dapo"):
+    policy = policy_for(spec)
+    if policy.verl_advantage == "grpo":
         o["algorithm.adv_estimator"] = "grpo"
         o["algorithm.norm_adv_by_std_in_grpo"] = spec.norm_adv_by_std
-    if spec.kind == "dapo":
+    if policy.refills:  # DAPO, GRESO
         # DAPO's refills run in the plugin's manager, through the sampling core as on the CPU path
         # (bounded by max_num_gen_batches, dapo/* metrics); verl 0.9.1's v1 replay buffer would ignore the
         # cap and refill without bound, so its own group filter stays off and does not filter a second time.
@@ -344,7 +346,7 @@ def build_overrides(cell: VerlCell) -> list[str]:
         o["+actor_rollout_ref.rollout.agent.agent_loop_manager_class"] = MANAGER_CLASS
         for key, value in spec.to_dict().items():
             o[f"+algorithm.reinforce_ada.{key}"] = value
-    if spec.kind in ("seq", "est"):
+    elif policy.verl_advantage == ADV_ESTIMATOR:  # Seq, Est, PODS, Knapsack RL
         o["algorithm.adv_estimator"] = ADV_ESTIMATOR
         o["+actor_rollout_ref.rollout.agent.agent_loop_manager_class"] = MANAGER_CLASS
         for key, value in spec.to_dict().items():

@@ -204,7 +204,7 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
         checkpoints = Path(self.config.trainer.default_local_dir)
         if self.config.trainer.resume_mode != "disable" and policy_for(self.spec).keeps_estimator:
             trainer = self.config.trainer  # the very checkpoint verl resumes from (tracker file or resume_from_path)
-            restored = state.restore(checkpoints, trainer.resume_mode, trainer.get("resume_from_path"))
+            restored = state.restore(checkpoints, trainer.resume_mode, trainer.get("resume_from_path"), self.spec)
             logger.info("Reinforce-Ada estimator restored from step %s", restored)
             audit.append("est", {"restored_step": restored})
         self._sampler_log = None
@@ -294,11 +294,13 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
             )
             self._finish(step, result.metrics, log_step, batch, sum(c or 0 for c in counts))
             return
+        core = result.result
+        # A = (r - baseline) * scale: the pool mean and Est's weight, or a bench family's own (repro.sampling.policies)
+        baseline = result.pool_mean if core.baseline is None else {s: float(b) for s, b in enumerate(core.baseline)}
+        scale = result.weight if core.scale is None else {s: float(w) for s, w in enumerate(core.scale)}
         pool_stats.record(  # a failed prompt (generation kept failing) has no rows, so no statistics
             {
-                uids[s]: pool_stats.PoolStat(
-                    result.pool_mean[s], result.pool_size[s], result.weight[s], result.pool_std[s], step
-                )
+                uids[s]: pool_stats.PoolStat(baseline[s], result.pool_size[s], scale[s], result.pool_std[s], step)
                 for s in range(len(uids))
                 if s not in result.failed
             }

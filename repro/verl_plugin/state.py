@@ -16,22 +16,22 @@ from pathlib import Path
 
 from repro.atomic import write_text
 from repro.errors import ReproError
-from repro.sampling import BetaBernoulliEstimator, SamplerSpec, make_estimator, policy_for
+from repro.sampling import BetaBernoulliEstimator, Memory, SamplerSpec, policy_for
 from repro.verl_plugin import pool_stats
 
 STATE_FILE = "reinforce_ada_state.json"
 POOL_STATS_FILE = "reinforce_ada_pool_stats.json"  # async runs: the pools of sampled, untrained prompts
-_ESTIMATOR: BetaBernoulliEstimator | None = None
+_ESTIMATOR: Memory | None = None  # Est's estimator, or another method's state across steps
 logger = logging.getLogger(__name__)
 
 
-def estimator(spec: SamplerSpec) -> BetaBernoulliEstimator | None:
-    """The run's estimator (Est only), created on first use."""
+def estimator(spec: SamplerSpec) -> Memory | None:
+    """The run's state across steps (Est's estimator, Knapsack's buffer, GRESO's histories), created on first use."""
     global _ESTIMATOR
     if not policy_for(spec).keeps_estimator:
         return None
     if _ESTIMATOR is None:
-        _ESTIMATOR = make_estimator(spec)
+        _ESTIMATOR = policy_for(spec).new_memory()
     return _ESTIMATOR
 
 
@@ -78,7 +78,12 @@ def resume_folder(checkpoints_root: str | Path, resume_mode: str = "auto", resum
     return None if found is None else Path(found)
 
 
-def restore(checkpoints_root: str | Path, resume_mode: str = "auto", resume_from_path: str | None = None) -> int | None:
+def restore(
+    checkpoints_root: str | Path,
+    resume_mode: str = "auto",
+    resume_from_path: str | None = None,
+    spec: SamplerSpec | None = None,
+) -> int | None:
     """Load the estimator saved with the checkpoint verl resumes from (`resume_folder`); returns its step, or
     None when verl starts from scratch (the estimator then starts fresh too).
 
@@ -111,7 +116,7 @@ def restore(checkpoints_root: str | Path, resume_mode: str = "auto", resume_from
         message = f"verl resumes from {folder}, which has no {STATE_FILE} (killed before the save hook ran); {fix}"
         logger.warning(message)
         raise ReproError(message)
-    _ESTIMATOR = BetaBernoulliEstimator.load(path)
+    _ESTIMATOR = policy_for(spec).load_memory(path) if spec is not None else BetaBernoulliEstimator.load(path)
     return step
 
 
