@@ -121,6 +121,8 @@ class _FakeWorker:
 
     async def _commit(self, uid, keep, ok=True):
         self.commits[uid] = (list(keep), ok)
+        # as AdaWorker.ada_commit: tokens of every response drawn (here 5 each) and of the kept ones
+        return {"resumed": 0, "generated": 5 * 8 * self.calls[uid] if ok else 0, "trained": 5 * len(keep)}
 
 
 def test_the_manager_publishes_a_failed_prompt_as_failure_and_finishes_the_step(tmp_path, monkeypatch):
@@ -148,4 +150,6 @@ def test_the_manager_publishes_a_failed_prompt_as_failure_and_finishes_the_step(
     (line,) = (tmp_path / "attempt-001.sampler.jsonl").read_text().splitlines()
     record = json.loads(line)
     assert record["step"] == 7 and record["data"]["sampler/failed_prompts"] == 1
+    # the step's tokens, summed from what the commits returned: 3 prompts x 8 drawn x 5, and their 4 kept x 5
+    assert record["data"]["tokens/generated"] == 120 and record["data"]["tokens/trained"] == 60
     pool_stats.clear()

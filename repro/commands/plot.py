@@ -202,6 +202,23 @@ def step_time_cmd(
     _finish(fig, missing, results, out, "step-time")
 
 
+@app.command("accuracy-tokens")
+def accuracy_tokens_cmd(results: ResultsOpt = Path(DEFAULT_RESULTS), out: OutOpt = None) -> None:
+    """Held-out accuracy against cumulative generated tokens, one line per method (seeds' min-max bars), with
+    the equal-token budget `repro report` compares the methods at: the bench's matched-compute view.
+
+    Examples:
+
+      repro plot accuracy-tokens
+
+      repro plot accuracy-tokens --out figs/accuracy-tokens
+    """
+    from repro.report.figures.compute import accuracy_vs_tokens
+
+    fig, missing = accuracy_vs_tokens(_table(results, "eval"), _table(results, "training"))
+    _finish(fig, missing, results, out, "accuracy-tokens")
+
+
 @app.command("sampling")
 def sampling_cmd(results: ResultsOpt = Path(DEFAULT_RESULTS), out: OutOpt = None, window: WindowOpt = 20) -> None:
     """Sampling dynamics of the Seq methods (Figure 5): additional samples per step; prompts still active

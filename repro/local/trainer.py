@@ -315,6 +315,8 @@ class CpuTrainer:
                 sampler.add_prompts(self.loader.draw(wanted))
             slots, counts = sampler.plan()
             if slots.size == 0:
+                if sampler.prompts_wanted():  # every prompt drawn was skipped (GRESO): draw again
+                    continue
                 break
             t0 = time.perf_counter()
             ids = sampler.prompt_ids
@@ -334,6 +336,9 @@ class CpuTrainer:
         prompts = [self.prompts[ids[s]].question_ids for s in result.slot]
         responses = [pools[int(s)][int(i)] for s, i in zip(result.slot, result.index, strict=True)]
         batch = make_batch(prompts, responses, self.tokenizer.pad_token_id)
+        # the step's compute, as the verl plugin logs it too: every response drawn, and those in the update
+        result.metrics["tokens/generated"] = float(sum(len(r) for pool in pools.values() for r in pool))
+        result.metrics["tokens/trained"] = float(batch.response_mask.sum())
         adv = torch.tensor(result.advantage, dtype=torch.float32)[:, None] * batch.response_mask
         timing["adv"] = time.perf_counter() - t0
         rollout_log_prob = None

@@ -314,6 +314,7 @@ def _read_run(folder: Path, warnings: list[str]) -> tuple[RunInfo, list[dict], l
                 continue
             row[name] = number
         training.append(row)
+    _cumulative_tokens(training)
     if dropped:
         warnings.append(
             f"{folder.name}: metrics not collected (not numbers, or named like a key column): "
@@ -334,6 +335,21 @@ def _read_run(folder: Path, warnings: list[str]) -> tuple[RunInfo, list[dict], l
         **_arithmetic_of(config, run),
     )
     return info, training, evals
+
+
+GENERATED = "tokens/generated"
+GENERATED_CUMULATIVE = "tokens/generated_cumulative"  # the x axis of the bench's matched-compute comparison
+
+
+def _cumulative_tokens(training: list[dict[str, Any]]) -> None:
+    """Each step's generated tokens summed over the steps up to it (rows in step order), where the run logged
+    them (runs made before the tokens were logged have neither column)."""
+    total = 0.0
+    for row in training:
+        if GENERATED not in row:
+            return
+        total += row[GENERATED]
+        row[GENERATED_CUMULATIVE] = total
 
 
 def _arithmetic_of(config: dict, run: RunDir) -> dict[str, str | None]:

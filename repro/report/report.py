@@ -33,7 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from repro import paper
-from repro.report import stats, tables
+from repro.report import matched, stats, tables
 
 __all__ = [
     "AGREES",
@@ -476,6 +476,9 @@ def build_report(
             *async_lines,
             "",
         ]
+
+    if training_df is not None:
+        lines += matched.section_lines(eval_df, training_df)
 
     base_lines = []
     for backbone in backbones:

@@ -100,6 +100,12 @@ def resumed(outputs: list[Any]) -> bool:
     return low is not None and high is not None and high > low
 
 
+def response_tokens(outputs: list[Any]) -> int:
+    """Tokens the model generated in one agent-loop run (`response_mask` 1; tool tokens are 0): what the
+    bench's matched-compute comparison counts (repro.report: accuracy at equal generated tokens)."""
+    return sum(int(sum(output.response_mask)) for output in outputs)
+
+
 def response_reward(outputs: list[Any]) -> float:
     """The reward of one agent-loop run: verl's reward loop sets it on the run's last output
     (`AgentLoopWorker._compute_score`), the rest of the result going to `extra_fields["reward_extra_info"]`."""
@@ -156,9 +162,10 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
         entry["outputs"].extend(results)
         return rewards
 
-    async def ada_commit(self, uid: str, keep: list[int], ok: bool = True) -> int:
+    async def ada_commit(self, uid: str, keep: list[int], ok: bool = True) -> dict[str, int]:
         """Publish the kept responses; returns how many of the prompt's responses were sampled across a weight
-        update (cut by an abort of verl's async trainer and resumed by its client on the new weights)."""
+        update (cut by an abort of verl's async trainer and resumed by its client on the new weights), and the
+        tokens the prompt's responses generated and those its kept ones bring to the update."""
         entry = self._ada.pop(uid)
         try:
             for j, index in enumerate(keep):
@@ -170,7 +177,11 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
             logger.exception("publishing the update group of %s failed", uid)
             status = "failure"
         await tq.async_kv_put(key=uid, partition_id="train", tag={"status": status})
-        return sum(resumed(output) for output in entry["outputs"])
+        return {
+            "resumed": sum(resumed(output) for output in entry["outputs"]),
+            "generated": sum(response_tokens(output) for output in entry["outputs"]),
+            "trained": sum(response_tokens(entry["outputs"][index]) for index in keep) if status == "finished" else 0,
+        }
 
     async def ada_begin_refill(self, rows: list[dict[str, Any]], global_steps: int) -> None:
         """DAPO: begin refill prompts, first registering each as the trainer registers its own prompts."""
@@ -179,10 +190,12 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
             await tq.async_kv_put(key=row["uid"], partition_id="train", tag=tag)
         await self.ada_begin(rows, global_steps)
 
-    async def ada_drop(self, uid: str) -> None:
-        """DAPO: forget a dropped prompt and clear its prompt key, so verl's replay buffer never sees it."""
-        self._ada.pop(uid, None)
+    async def ada_drop(self, uid: str) -> dict[str, int]:
+        """DAPO: forget a dropped prompt and clear its prompt key, so verl's replay buffer never sees it; returns
+        the tokens its responses generated."""
+        entry = self._ada.pop(uid, None)
         await tq.async_kv_clear(keys=[uid], partition_id="train")
+        return {"generated": sum(response_tokens(output) for output in (entry or {}).get("outputs", []))}
 
 
 def _log_failure(future: concurrent.futures.Future) -> None:
@@ -292,7 +305,7 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
                 *(owner[uids[s]].ada_commit.remote(uids[s], []) for s in commit.fill),
                 *(owner[uids[s]].ada_drop.remote(uids[s]) for s in commit.drop),
             )
-            self._finish(step, result.metrics, log_step, batch, sum(c or 0 for c in counts))
+            self._finish(step, result.metrics, log_step, batch, counts)
             return
         core = result.result
         # A = (r - baseline) * scale: the pool mean and Est's weight, or a bench family's own (repro.sampling.policies)
@@ -313,11 +326,21 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
                 for s in range(len(uids))
             )
         )
-        self._finish(step, result.metrics, log_step, batch, sum(c or 0 for c in counts))
+        self._finish(step, result.metrics, log_step, batch, counts)
 
-    def _finish(self, step: int, metrics: dict[str, float], log_step: int | None, batch: int, resumed: int) -> None:
+    def _finish(
+        self, step: int, metrics: dict[str, float], log_step: int | None, batch: int, counts: list[dict[str, int]]
+    ) -> None:
+        """Log the step's sampler metrics with its tokens (`counts`: what each prompt's commit or drop returned)."""
+        counts = [c or {} for c in counts]
+        metrics = {
+            **metrics,
+            "tokens/generated": float(sum(c.get("generated", 0) for c in counts)),
+            "tokens/trained": float(sum(c.get("trained", 0) for c in counts)),
+        }
         if batch >= 0:  # async: overlap, and the responses an abort cut and verl's client resumed
             self._batches[batch][1] = time.monotonic()
+            resumed = sum(c.get("resumed", 0) for c in counts)
             metrics = {**metrics, **self._overlap(batch), "async/resumed_responses": float(resumed)}
         self._log(step if log_step is None else log_step, metrics)
 

@@ -1,0 +1,80 @@
+"""Accuracy at equal generated tokens: the bench's compute axis, from the tidy tables `repro collect` writes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from repro.report import matched
+from repro.report.collect import GENERATED, GENERATED_CUMULATIVE, _cumulative_tokens
+from repro.report.schema import WEIGHTED_AVERAGE
+
+
+def _tables() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two methods x 3 seeds, checkpoints at steps 2 and 4: `cheap` generates 100 tokens a step, `dear` 300."""
+    training, evals = [], []
+    for method, per_step, acc in (("cheap", 100.0, {2: 0.10, 4: 0.20}), ("dear", 300.0, {2: 0.30, 4: 0.40})):
+        for seed in range(3):
+            run = f"tiny__{method}__standard__s{seed}"
+            rows = [{"run": run, "step": s, GENERATED: per_step} for s in range(1, 5)]
+            _cumulative_tokens(rows)
+            keys = {"run": run, "backbone": "tiny", "method": method, "prompt_set": "standard", "seed": seed}
+            training += [{**keys, **row} for row in rows]
+            for step, value in acc.items():
+                evals.append(
+                    {**keys, "checkpoint_step": step, "benchmark": WEIGHTED_AVERAGE, "ave_at_k": value + 0.01 * seed}
+                )
+    return pd.DataFrame(evals), pd.DataFrame(training)
+
+
+def test_collect_sums_generated_tokens_step_by_step() -> None:
+    rows = [{"step": s, GENERATED: float(t)} for s, t in zip(range(1, 5), (5, 7, 11, 13), strict=True)]
+    _cumulative_tokens(rows)
+    assert [r[GENERATED_CUMULATIVE] for r in rows] == [5, 12, 23, 36]
+    old = [{"step": 1}]  # a run made before tokens were logged keeps no such column
+    _cumulative_tokens(old)
+    assert GENERATED_CUMULATIVE not in old[0]
+
+
+def test_each_method_is_read_within_the_smallest_methods_token_total() -> None:
+    evals, training = _tables()
+    points = matched.accuracy_by_tokens(evals, training)
+    assert len(points) == 12 and set(points["tokens"]) == {200.0, 400.0, 600.0, 1200.0}
+    table = matched.at_equal_tokens(points).set_index("method")
+    # budget: cheap's total, 4 steps x 100 = 400 tokens; dear spent 1200
+    assert (table["budget_tokens"] == 400.0).all() and table.loc["dear", "method_tokens"] == 1200.0
+    # cheap is read at its step 4 (400 tokens), dear at none of its checkpoints (600 at step 2): over budget
+    assert table.loc["cheap", "steps"] == "4" and table.loc["cheap", "seeds"] == 3
+    assert table.loc["dear", "seeds"] == 0 and math.isnan(table.loc["dear", "ave"])
+    values = np.array([20.0, 21.0, 22.0])  # percent, seeds 0..2
+    half = 4.302652729911275 * values.std(ddof=1) / math.sqrt(3)  # t_{0.975, 2}
+    assert table.loc["cheap", "ave"] == pytest.approx(21.0)
+    assert (table.loc["cheap", "low"], table.loc["cheap", "high"]) == pytest.approx((21.0 - half, 21.0 + half))
+    lines = matched.section_lines(evals, training)
+    assert lines[0] == "## Beyond the paper: accuracy at equal generated tokens"
+    assert "  - dear: over budget (its first checkpoint needs more tokens)" in lines
+    assert any(line.startswith("  - cheap: 21.0 [") and "over 3 of 3 seeds (step 4" in line for line in lines)
+
+
+def test_runs_without_token_logs_give_no_section() -> None:
+    evals, training = _tables()
+    assert matched.section_lines(evals, training.drop(columns=[GENERATED, GENERATED_CUMULATIVE])) == []
+
+
+def test_the_figure_draws_one_line_per_method_at_its_token_coordinates(tmp_path) -> None:
+    from repro.report.figures.compute import accuracy_vs_tokens
+    from repro.report.style import save
+
+    evals, training = _tables()
+    fig, missing = accuracy_vs_tokens(evals, training)
+    assert missing == []
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+    assert set(lines) == {"cheap (3 seeds)", "dear (3 seeds)"}
+    assert list(lines["cheap (3 seeds)"].get_xdata()) == [200.0, 400.0]
+    assert list(lines["dear (3 seeds)"].get_ydata()) == pytest.approx([31.0, 41.0])
+    paths = save(fig, tmp_path / "accuracy-tokens")
+    assert all(p.stat().st_size > 1000 for p in paths)
