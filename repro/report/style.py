@@ -36,7 +36,7 @@ __all__ = [
     "sort_methods",
 ]
 
-# The catalog's ten method keys in the order legends and bars list them. GRPO family in blues (darker =
+# The catalog's method keys in the order legends and bars list them. GRPO family in blues (darker =
 # fewer samples), DAPO purple, Seq in warm colours (streamed variants a lighter shade), Est green (as released
 # a lighter shade).
 METHOD_ORDER: tuple[str, ...] = (
@@ -50,6 +50,9 @@ METHOD_ORDER: tuple[str, ...] = (
     "est-released",
     "seq-pos-stream",
     "seq-balance-stream",
+    "pods-16-4",
+    "knapsack",
+    "greso",
 )
 METHOD_COLORS: dict[str, str] = {
     "grpo-n4": "#1f4e96",
@@ -62,6 +65,9 @@ METHOD_COLORS: dict[str, str] = {
     "est-released": "#8fd19e",
     "seq-pos-stream": "#f5bd6b",
     "seq-balance-stream": "#f08a9a",
+    "pods-16-4": "#17becf",  # the literature's methods (the bench): colours no paper method uses
+    "knapsack": "#8c564b",
+    "greso": "#bcbd22",
 }
 # Methods outside the catalog get a colour from this palette chosen by a hash of the key: stable across
 # figures and sessions (Python's hash() is salted per process, so it is not used).
