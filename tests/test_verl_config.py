@@ -72,6 +72,22 @@ def test_every_cell_of_both_sweeps_composes_and_validates(sweep_file: str, prese
         assert cfg.trainer.experiment_name == f"{c.backbone}__{c.method}__{c.prompt_set}__s0"
 
 
+def test_the_bench_cells_compose_and_validate_with_their_estimators() -> None:
+    """sweeps/paper-bench.yaml: PODS and Knapsack RL through the plugin's reinforce_ada estimator (their own
+    baseline and scale per prompt), GRESO through verl's grpo on the groups the plugin's refills kept."""
+    cells = load_sweep(ROOT / "sweeps" / "paper-bench.yaml").cells()
+    assert len(cells) == 12
+    expected = {"pods-16-4": ("reinforce_ada", 4), "knapsack": ("reinforce_ada", 8), "greso": ("grpo", 8)}
+    for c in cells:
+        cell = VerlCell(c.backbone, c.method, c.prompt_set, c.seed, train_file="/t.parquet", val_file="/v.parquet")
+        cfg = compose_and_validate(build_overrides(cell))
+        estimator, rollout_n = expected[c.method]
+        assert (cfg.algorithm.adv_estimator, cfg.actor_rollout_ref.rollout.n) == (estimator, rollout_n)
+        assert cfg.algorithm.reinforce_ada.kind == c.method.split("-")[0]
+        assert cfg.actor_rollout_ref.rollout.agent.agent_loop_manager_class.endswith("ReinforceAdaAgentLoopManager")
+        assert cfg.algorithm.filter_groups.enable is False or c.method != "greso"
+
+
 def test_paper_hyperparameters_reach_verl() -> None:
     cfg = compose_and_validate(build_overrides(cell()))
     actor = cfg.actor_rollout_ref.actor
