@@ -53,7 +53,7 @@ for table in weighted-average step-time sampling; do
   $repro table "$table" --results results --format markdown --out "paper_tables/generated/$table.md"
   $repro table "$table" --results results --format csv --out "paper_tables/generated/$table.csv"
 done
-for figure in reward-curve reward-entropy heldout step-time sampling eval-curve; do
+for figure in reward-curve reward-entropy heldout step-time sampling eval-curve accuracy-tokens; do
   $repro plot "$figure" --results results --out "results/figures/$figure"
 done
 for figure in passk signal-loss; do  # these read the per-response eval records too

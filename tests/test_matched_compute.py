@@ -78,3 +78,14 @@ def test_the_figure_draws_one_line_per_method_at_its_token_coordinates(tmp_path)
     assert list(lines["dear (3 seeds)"].get_ydata()) == pytest.approx([31.0, 41.0])
     paths = save(fig, tmp_path / "accuracy-tokens")
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_the_smallest_method_is_read_at_every_seeds_final_checkpoint_when_its_seeds_differ() -> None:
+    evals, training = _tables()
+    # cheap's seed 2 generated 10% more each step: 440 tokens in all, the others 400
+    seed2 = (training["method"] == "cheap") & (training["seed"] == 2)
+    training.loc[seed2, GENERATED] = 110.0
+    training.loc[seed2, GENERATED_CUMULATIVE] = [110.0, 220.0, 330.0, 440.0]
+    table = matched.at_equal_tokens(matched.accuracy_by_tokens(evals, training)).set_index("method")
+    assert table.loc["cheap", "budget_tokens"] == 440.0  # the most any of its seeds generated
+    assert table.loc["cheap", "seeds"] == 3 and table.loc["cheap", "steps"] == "4"  # every seed at its final step

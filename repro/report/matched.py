@@ -7,10 +7,11 @@ token. Here every run logs the tokens it generated each step (`tokens/generated`
 coordinate. Two readings:
 - `accuracy_by_tokens`: per run and checkpoint, (cumulative generated tokens, weighted Ave@k), what the
   figure draws;
-- `at_equal_tokens`: per backbone and prompt set, the budget is the smallest method's total (the mean over
-  its seeds of the tokens its run generated), and each method is read at its last checkpoint within that
-  budget, seed by seed, with the t interval over seeds. A method whose first checkpoint already exceeds the
-  budget has no reading there ("over budget"), rather than one taken at more compute.
+- `at_equal_tokens`: per backbone and prompt set, the budget is the smallest method's total (the most any of
+  its seeds' runs generated, so that method is read at every seed's final checkpoint), and each method is read
+  at its last checkpoint within that budget, seed by seed, with the t interval over seeds. A method whose
+  first checkpoint already exceeds the budget has no reading there ("over budget"), rather than one taken at
+  more compute.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def at_equal_tokens(points: pd.DataFrame) -> pd.DataFrame:
     out = []
     for (backbone, prompt_set), cell in points.groupby(["backbone", "prompt_set"], sort=True):
         finals = cell.sort_values("step").groupby("run").tail(1)
-        totals = finals.groupby("method")["tokens"].mean()
+        totals = finals.groupby("method")["tokens"].max()
         budget = float(totals.min())
         for method, rows in cell.groupby("method", sort=True):
             within = rows[rows["tokens"] <= budget].sort_values("step").groupby("run").tail(1)
@@ -85,8 +86,8 @@ def section_lines(eval_df: pd.DataFrame, training_df: pd.DataFrame | None) -> li
     lines = [
         "## Beyond the paper: accuracy at equal generated tokens",
         "",
-        "Per backbone and prompt set, the budget is the smallest method's generated tokens (the mean over its "
-        "seeds of the tokens its run generated); each method is read at its last evaluated checkpoint within "
+        "Per backbone and prompt set, the budget is the smallest method's generated tokens (the most any of its "
+        "seeds' runs generated); each method is read at its last evaluated checkpoint within "
         "that budget, seed by seed, with the 95% t interval over seeds. A method with no checkpoint within the "
         "budget is over budget there; evaluating more checkpoints (`repro eval RUN --all-checkpoints`) gives it "
         "one.",
@@ -102,7 +103,7 @@ def section_lines(eval_df: pd.DataFrame, training_df: pd.DataFrame | None) -> li
             spread = f" [{row.low:.1f}, {row.high:.1f}]" if not math.isnan(row.low) else ""
             lines.append(
                 f"  - {row.method}: {row.ave:.1f}{spread} over {row.seeds} of {row.seeds_run} seeds (step {row.steps};"
-                f" its runs generated {_tokens(row.method_tokens)})"
+                f" its runs generated up to {_tokens(row.method_tokens)})"
             )
     lines.append("")
     return lines
