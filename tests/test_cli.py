@@ -76,7 +76,7 @@ def test_every_command_has_help_with_examples(command: list[str], capsys) -> Non
     ("argv", "fragment"),
     [
         (["models", "gpt-5"], "unknown backbone 'gpt-5'; valid backbones: generic, llama-3.2-3b-instruct"),
-        (["methods", "ppo"], "unknown method 'ppo'; valid methods: dapo, est, est-released, grpo-n16"),
+        (["methods", "ppo"], "unknown method 'ppo'; valid methods: dapo, est, est-released, greso, grpo-n16"),
         (["simulate", "sampling", "--methods", "grpo-n4,nope"], "unknown method 'nope'"),
         (["simulate", "sampling", "--pass-at-1", "1.5"], "--pass-at-1 must be strictly between 0 and 1"),
         (["simulate", "signal-loss", "--pass-at-1", "0.3", "--pass-at-k", "0.2"], "--pass-at-k must lie"),

@@ -322,7 +322,9 @@ def manager_env(monkeypatch, tmp_path):
 
         async def agent_loop(params, trajectory, trace=False, session_id=0, **row):
             seen_rows.append(row)
-            return [SimpleNamespace(reward_score=reward_of(row["reward_model"]["ground_truth"], session_id))]
+            # as verl's AgentLoopOutput: a score and the response's mask (3 generated tokens, what the tokens count)
+            score = reward_of(row["reward_model"]["ground_truth"], session_id)
+            return [SimpleNamespace(reward_score=score, response_mask=[1, 1, 1])]
 
         handles = []
         for _ in range(workers):
