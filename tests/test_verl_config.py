@@ -84,6 +84,10 @@ def test_the_bench_cells_compose_and_validate_with_their_estimators() -> None:
         estimator, rollout_n = expected[c.method]
         assert (cfg.algorithm.adv_estimator, cfg.actor_rollout_ref.rollout.n) == (estimator, rollout_n)
         assert cfg.algorithm.reinforce_ada.kind == c.method.split("-")[0]
+        # the manager rebuilds the catalog's spec from the family's own fields alone
+        handed = dict(cfg.algorithm.reinforce_ada)
+        assert SamplerSpec.from_dict(handed) == catalog.get_method(c.method).sampler_spec(seed=c.seed)
+        assert not any(key.startswith(("round_size", "n_avg", "exit_rule")) for key in handed)
         assert cfg.actor_rollout_ref.rollout.agent.agent_loop_manager_class.endswith("ReinforceAdaAgentLoopManager")
         assert cfg.algorithm.filter_groups.enable is False or c.method != "greso"
 

@@ -27,6 +27,7 @@ from repro.launch.allocation_end import BARRIER_FLOOR_S, DIST_TIMEOUT_ENV
 from repro.loggers import TENSORBOARD_ENV, TENSORBOARD_FOLDER, parse_loggers
 from repro.rundir import cell_name
 from repro.sampling.policies import policy_for
+from repro.sampling.settings import SETTINGS
 from repro.verl_plugin.retention import KEPT_ENV
 
 ADV_ESTIMATOR = "reinforce_ada"
@@ -173,6 +174,18 @@ def training_epochs(train_files: str | list[str], batch: int, total_steps: int |
 # knob that does nothing: norm_adv_by_std is the uniform/dapo group-std switch (repro.sampling.step reads it
 # for those kinds only); Seq/Est's estimator divides by a std only under global_std_norm (the ablation).
 _UNREAD_SPEC_KEYS: dict[str, tuple[str, ...]] = {"seq": ("norm_adv_by_std",), "est": ("norm_adv_by_std",)}
+
+
+def _spec_items(spec) -> dict[str, Any]:
+    """The sampler settings a cell hands the plugin's manager (`algorithm.reinforce_ada`): the paper's families
+    as they always have (every stored field but the ones their kind does not read); the literature's families
+    their own fields only (the manager rebuilds the rest as the spec's defaults, which they do not read)."""
+    values = spec.to_dict()
+    settings = SETTINGS[spec.kind]
+    if settings.prefix:
+        read = {"kind", "seed", *settings.spec_fields().values()}
+        return {key: value for key, value in values.items() if key in read}
+    return {key: value for key, value in values.items() if key not in _UNREAD_SPEC_KEYS.get(spec.kind, ())}
 
 
 def released_overrides(backbone: str, method: str) -> dict[str, catalog.Setting]:
@@ -344,14 +357,13 @@ def build_overrides(cell: VerlCell) -> list[str]:
         # The advantage is verl's grpo over each kept group of n (repro.verl_plugin.rollout, "DAPO").
         o["algorithm.filter_groups.enable"] = False
         o["+actor_rollout_ref.rollout.agent.agent_loop_manager_class"] = MANAGER_CLASS
-        for key, value in spec.to_dict().items():
+        for key, value in _spec_items(spec).items():
             o[f"+algorithm.reinforce_ada.{key}"] = value
     elif policy.verl_advantage == ADV_ESTIMATOR:  # Seq, Est, PODS, Knapsack RL
         o["algorithm.adv_estimator"] = ADV_ESTIMATOR
         o["+actor_rollout_ref.rollout.agent.agent_loop_manager_class"] = MANAGER_CLASS
-        for key, value in spec.to_dict().items():
-            if key not in _UNREAD_SPEC_KEYS.get(spec.kind, ()):
-                o[f"+algorithm.reinforce_ada.{key}"] = value
+        for key, value in _spec_items(spec).items():
+            o[f"+algorithm.reinforce_ada.{key}"] = value
     if cell.preset == "released" and not cpu:  # the released script's values replace the paper's, key by key
         for key, setting in released_overrides(cell.backbone, cell.method).items():
             _put(o, key, setting.value)
