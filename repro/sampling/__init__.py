@@ -8,18 +8,11 @@ from repro.sampling.allocation import (
     residual_weights,
 )
 from repro.sampling.drive import run_step_sync
-from repro.sampling.estimator import BetaBernoulliEstimator
+from repro.sampling.estimator import BetaBernoulliEstimator, make_estimator
 from repro.sampling.policies import POLICIES, Memory, Policy, policy_for
 from repro.sampling.result import StepResult
 from repro.sampling.spec import SamplerSpec
 from repro.sampling.step import DapoCapExceeded, StepSampler
-
-
-def make_estimator(spec: SamplerSpec) -> BetaBernoulliEstimator:
-    """The estimator an Est run keeps across steps, configured from the spec."""
-    return BetaBernoulliEstimator(
-        spec.kappa, spec.decay, spec.p_min, spec.prior_mean_init, spec.prior, spec.prior_alpha, spec.prior_beta
-    )
 
 
 def estimator_for(spec: SamplerSpec) -> Memory | None:

@@ -18,6 +18,12 @@ from repro.atomic import write_text
 STATE_VERSION = 1
 
 
+def make_estimator(settings: Any) -> BetaBernoulliEstimator:
+    """The estimator an Est run keeps across steps, from its settings (a `SamplerSpec` or `EstSettings`)."""
+    s = settings
+    return BetaBernoulliEstimator(s.kappa, s.decay, s.p_min, s.prior_mean_init, s.prior, s.prior_alpha, s.prior_beta)
+
+
 class BetaBernoulliEstimator:
     """Per prompt (a, b); after k positives of m: a <- decay*a + k, b <- decay*b + (m - k).
 

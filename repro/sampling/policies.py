@@ -23,7 +23,7 @@ from repro.sampling import greso, knapsack, pods
 from repro.sampling.advantage import global_baseline_advantage, grpo_advantage, grpo_affine, released_est_baseline
 from repro.sampling.allocation import allocate, inverse_allocation, residual_weights
 from repro.sampling.downsample import select_group
-from repro.sampling.estimator import BetaBernoulliEstimator
+from repro.sampling.estimator import BetaBernoulliEstimator, make_estimator
 from repro.sampling.metrics import dapo_metrics, est_metrics, seq_metrics
 from repro.sampling.result import StepResult
 from repro.sampling.rules import exit_met
@@ -223,10 +223,7 @@ class EstPolicy(Policy):
     keeps_estimator = True
 
     def new_memory(self) -> BetaBernoulliEstimator:
-        st = self.settings
-        return BetaBernoulliEstimator(
-            st.kappa, st.decay, st.p_min, st.prior_mean_init, st.prior, st.prior_alpha, st.prior_beta
-        )
+        return make_estimator(self.settings)
 
     def load_memory(self, path: str | os.PathLike[str]) -> BetaBernoulliEstimator:
         return BetaBernoulliEstimator.load(path)

@@ -26,8 +26,7 @@ class Settings:
     @classmethod
     def of(cls, spec: Any) -> Settings:
         """This family's fields of a `SamplerSpec` (any object with them)."""
-        shared = {f.name for f in fields(Settings)}
-        return cls(**{f.name: getattr(spec, f.name if f.name in shared else cls.prefix + f.name) for f in fields(cls)})
+        return cls(**{name: getattr(spec, field) for name, field in cls.spec_fields().items()})
 
     @classmethod
     def spec_fields(cls) -> dict[str, str]:
