@@ -368,13 +368,33 @@ VERDICT = re.compile(
     r"(?:Verdict: )?\*\*(?P<verdict>agrees|disagrees|cannot tell)\*\*\.(?: Stability: \*\*(?P<firm>\w+)\*\*)?"
 )
 PAPER = re.compile(r"the paper reports (?P<paper>[-+]?[0-9.]+) points")
+# the bench section (repro.report.bench): a claim's head line, then one line per reading with its verdict
+BENCH_HEAD = re.compile(r"^- \*\*(?P<title>[^*]+ vs [^*]+)\*\* \((?P<backbone>[^,]+), (?P<prompt_set>[^)]+)\)\. Claim:")
+BENCH_LINE = re.compile(
+    r"^  - (?P<reading>Per step|At equal generated tokens)[^:]*\): (?P<mean>[-+]?[0-9.]+) points, 95% CI "
+    r"\[(?P<ci>[^\]]+)\] over (?P<n>\d+) seeds; \*\*(?P<verdict>agrees|disagrees|cannot tell)\*\* "
+    r"(?P<against>on the sign|against \"no loss\")[^.]*\.(?: Stability: \*\*(?P<firm>\w+)\*\*)?"
+)
 
 
 def verdict_summary(report: Path = ROOT / "results" / "REPORT.md") -> list[str]:
-    """One line per comparison of the report (the paper's, then the async one): difference, interval,
-    verdict and how firm it is; then the count of decided and firm verdicts."""
+    """One line per comparison of the report (the paper's, the async one, the bench's readings with a claim):
+    difference, interval, verdict and how firm it is; then the count of decided and firm verdicts."""
     lines, decided, firm = [], 0, 0
+    head = None
     for line in report.read_text().splitlines():
+        head = BENCH_HEAD.match(line) or (head if line.startswith("  - ") else None)
+        bench = BENCH_LINE.match(line) if head else None
+        if bench:
+            against = "its paper: better" if bench["against"] == "on the sign" else 'its paper: "no loss"'
+            label = bench["verdict"] + (f", {bench['firm']}" if bench["firm"] else "")
+            decided += bench["verdict"] != "cannot tell"
+            firm += bench["firm"] == "firm"
+            lines.append(
+                f"- {head['title']} ({head['prompt_set']}), {bench['reading'].lower()}: {bench['mean']} points "
+                f"[{bench['ci']}] over {bench['n']} seeds, {against}: **{label}**"
+            )
+            continue
         found = VERDICT.match(line)
         if not found:
             continue

@@ -4,7 +4,8 @@
 #   2. the tiny-arith model and its filtered "standard" and "hard" prompt sets -> $REPRO_HOME (first run only)
 #   3. the grid: all seven methods x seeds 0-2 on the standard set (`sweeps/tiny.yaml`), GRPO-n4,
 #      Seq-pos, Seq-balance x seeds 0-2 on the hard set (`sweeps/tiny-hard.yaml`), and beyond the paper
-#      async Seq-balance and the released Est x seeds 0-2 (`sweeps/tiny-beyond.yaml`), each cell evaluated by
+#      async Seq-balance and the released Est x seeds 0-2 (`sweeps/tiny-beyond.yaml`) and the bench of other
+#      adaptive samplers, PODS, Knapsack RL and GRESO x seeds 0-2 (`sweeps/tiny-bench.yaml`), each cell evaluated by
 #      the sweep's evaluation stage right after it trained: Ave@32 on the four tiny-arith tiers (the hard set
 #      also at steps 20 and 50, for the curve over training)                   -> runs/
 #   4. Ave@32 of the base model                                                -> runs/tiny-arith/eval/
@@ -35,11 +36,14 @@ $repro data filter --base-samples 16 --pass-rate 0.125  # reuses the standard se
 # the main job evaluates the final one (10 kept checkpoints a run would be 10x the evaluation time), and for
 # the hard set also steps 20 and 50, so `repro plot eval-curve` has a curve to draw:
 # `repro sweep eval sweeps/tiny.yaml --eval-checkpoints all` adds the rest.
-step "3/5 the grid and its evaluation: sweeps/tiny.yaml and sweeps/tiny-hard.yaml, two cells at a time"
+step "3/5 the grid and its evaluation: sweeps/tiny*.yaml, two cells at a time"
 $repro sweep run sweeps/tiny.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints final
 $repro sweep run sweeps/tiny-hard.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints final
 # beyond the paper: async Seq-balance and the released Est, paired seed by seed with sweeps/tiny.yaml's cells
 $repro sweep run sweeps/tiny-beyond.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints final
+# the bench of other adaptive samplers (PODS, Knapsack RL, GRESO), paired with GRPO-n4, GRPO-n8 and DAPO there;
+# their equal-token readings come from the held-out accuracy every run logs while it trains
+$repro sweep run sweeps/tiny-bench.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints final
 # the curve over training for the hard set: two more of each run's kept checkpoints (the figure eval-curve)
 $repro sweep eval sweeps/tiny-hard.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints 20,50,100
 
@@ -66,4 +70,5 @@ $repro table weighted-average --results results
 $repro status --runs-root "$runs" --sweep sweeps/tiny.yaml
 $repro status --runs-root "$runs" --sweep sweeps/tiny-hard.yaml
 $repro status --runs-root "$runs" --sweep sweeps/tiny-beyond.yaml
+$repro status --runs-root "$runs" --sweep sweeps/tiny-bench.yaml
 echo "main job done in $(( $(date +%s) - started ))s"

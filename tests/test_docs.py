@@ -145,3 +145,56 @@ def test_the_readmes_verdicts_are_the_reports_and_a_hand_edit_is_replaced(tmp_pa
     assert gen.SUMMARY_START in readme and gen.with_summary(readme) == readme  # the committed README is current
     edited = readme.replace("**agrees", "**disagrees", 1) if "**agrees" in readme else readme + ""
     assert gen.with_summary(edited) == readme
+
+
+def test_the_bench_sections_judged_readings_join_the_summary_and_unjudged_ones_do_not(tmp_path):
+    """The lines repro.report.bench writes, parsed by gen-docs: the claim's head names the pair."""
+    import pandas as pd
+
+    from repro.report import bench
+
+    spec = importlib.util.spec_from_file_location("gen_docs", GEN)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    by_seed = pd.DataFrame(
+        [
+            {
+                "backbone": "tiny-arith",
+                "prompt_set": "standard",
+                "method": m,
+                "seed": s,
+                "weighted": w,
+                "trained": True,
+                "benchmarks": "a",
+            }
+            for m, values in (("grpo-n4", (10.0, 11.0, 12.0)), ("pods-16-4", (12.0, 13.5, 14.0)))
+            for s, w in enumerate(values)
+        ]
+    )
+    points = pd.DataFrame(
+        [
+            {
+                "run": f"{m}{s}",
+                "backbone": "tiny-arith",
+                "prompt_set": "standard",
+                "method": m,
+                "seed": s,
+                "step": step,
+                "tokens": per * step,
+                "ave": step / 10,
+            }
+            for m, per in (("grpo-n4", 100.0), ("pods-16-4", 400.0))
+            for s in range(3)
+            for step in range(10, 101, 10)
+        ]
+    )
+    claim = next(c for c in bench.CLAIMS if c.method == "pods-16-4")
+    lines, _ = bench.claim_lines(by_seed, points, "tiny-arith", claim)
+    report = tmp_path / "REPORT.md"
+    report.write_text("\n".join(lines) + "\n")
+    summary = gen.verdict_summary(report)
+    assert summary[1:2] == [
+        "- pods-16-4 vs grpo-n4 (standard), per step: +2.2 points [1.4, 2.9] over 3 seeds, its paper: better: "
+        "**agrees, firm**"
+    ]
+    assert summary[3].startswith("1 of 1 verdicts decided, 1 of them firm")  # the token reading has no claim

@@ -10,7 +10,7 @@ import pytest
 
 from repro.report import matched
 from repro.report.collect import GENERATED, GENERATED_CUMULATIVE, _cumulative_tokens
-from repro.report.schema import WEIGHTED_AVERAGE
+from repro.report.schema import HELDOUT, WEIGHTED_AVERAGE
 
 
 def _tables() -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -55,7 +55,7 @@ def test_each_method_is_read_within_the_smallest_methods_token_total() -> None:
     assert (table.loc["cheap", "low"], table.loc["cheap", "high"]) == pytest.approx((21.0 - half, 21.0 + half))
     lines = matched.section_lines(evals, training)
     assert lines[0] == "## Beyond the paper: accuracy at equal generated tokens"
-    assert "  - dear: over budget (its first checkpoint needs more tokens)" in lines
+    assert "  - dear: over budget (its first point needs more tokens)" in lines
     assert any(line.startswith("  - cheap: 21.0 [") and "over 3 of 3 seeds (step 4" in line for line in lines)
 
 
@@ -89,3 +89,48 @@ def test_the_smallest_method_is_read_at_every_seeds_final_checkpoint_when_its_se
     table = matched.at_equal_tokens(matched.accuracy_by_tokens(evals, training)).set_index("method")
     assert table.loc["cheap", "budget_tokens"] == 440.0  # the most any of its seeds generated
     assert table.loc["cheap", "seeds"] == 3 and table.loc["cheap", "steps"] == "4"  # every seed at its final step
+
+
+def _heldout_training() -> pd.DataFrame:
+    """`cheap` (100 tokens a step) and `dear` (300) x 3 seeds, 6 steps, held-out accuracy logged every 2 steps:
+    cheap's is 10 x step + seed, dear's 5 x step + seed (percent)."""
+    rows = []
+    for method, per_step, slope in (("cheap", 100.0, 10.0), ("dear", 300.0, 5.0)):
+        for seed in range(3):
+            run = f"tiny__{method}__standard__s{seed}"
+            steps = [{"run": run, "step": s, GENERATED: per_step} for s in range(1, 7)]
+            _cumulative_tokens(steps)
+            keys = {"backbone": "tiny", "method": method, "prompt_set": "standard", "seed": seed}
+            for row in steps:
+                heldout = (slope * row["step"] + seed) / 100.0 if row["step"] % 2 == 0 else math.nan
+                rows.append({**keys, **row, HELDOUT: heldout})
+    return pd.DataFrame(rows)
+
+
+def test_the_curve_is_the_held_out_accuracy_where_runs_logged_it_else_the_evaluated_checkpoints() -> None:
+    from repro.local.heldout import ACCURACY
+
+    assert HELDOUT == ACCURACY  # the report reads the column the CPU trainer writes
+    training = _heldout_training()
+    points, what = matched.curve(pd.DataFrame(), training)
+    assert what == matched.HELDOUT_WHAT and len(points) == 2 * 3 * 3  # steps 2, 4, 6 of 6 runs
+    cheap0 = points[points["run"] == "tiny__cheap__standard__s0"]
+    assert cheap0["tokens"].tolist() == [200.0, 400.0, 600.0] and cheap0["ave"].tolist() == pytest.approx([20, 40, 60])
+    evals, old = _tables()
+    points, what = matched.curve(evals, old)  # no held-out column: the evaluated checkpoints
+    assert what == matched.CHECKPOINT_WHAT and len(points) == 12
+
+
+def test_two_methods_are_paired_seed_by_seed_at_the_smaller_runs_token_total() -> None:
+    points, _ = matched.curve(pd.DataFrame(), _heldout_training())
+    diffs, reads = matched.paired_at_equal_tokens(points, "tiny", "standard", "dear", "cheap")
+    # budget per seed: cheap's 600 tokens; dear's last point within it is step 2 (600 tokens), cheap's step 6
+    assert [r["budget"] for r in reads] == [600.0] * 3
+    assert [(r["step"], r["reference_step"]) for r in reads] == [(2, 6)] * 3
+    assert diffs == pytest.approx([(10 + s) - (60 + s) for s in range(3)])  # -50 points each seed
+    # the other way round the budget is the same and the signs flip
+    back, _ = matched.paired_at_equal_tokens(points, "tiny", "standard", "cheap", "dear")
+    assert back == pytest.approx([50.0] * 3)
+    # a seed one method did not run is left out
+    fewer = points[~((points["method"] == "dear") & (points["seed"] == 2))]
+    assert len(matched.paired_at_equal_tokens(fewer, "tiny", "standard", "dear", "cheap")[0]) == 2

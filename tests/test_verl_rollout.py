@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -107,7 +108,10 @@ class _FakeWorker:
         self.commits: dict[str, tuple[list[int], bool]] = {}
         self.ada_begin = _Remote(self._begin)
         self.ada_generate = _Remote(self._generate)
+        self.ada_count = _Remote(self._count)
         self.ada_commit = _Remote(self._commit)
+        self.sampler_log: Path | None = None  # where the manager logs the step's metrics
+        self.logged_before_commit: list[bool] = []
 
     async def _begin(self, rows, step):
         return None
@@ -119,10 +123,19 @@ class _FakeWorker:
             raise ConnectionError(f"lost {uid}")
         return [float(k % 2) for k in range(count)]  # half right: seq-balance exits after round one
 
+    async def _count(self, uid, keep):
+        # as AdaWorker.ada_count: tokens of every response kept in the pool (here 5 each; a prompt whose
+        # generation kept failing kept none) and of the kept ones
+        return {
+            "resumed": 0,
+            "generated": 0 if uid in self.failing else 5 * 8 * self.calls[uid],
+            "trained": 5 * len(keep),
+        }
+
     async def _commit(self, uid, keep, ok=True):
         self.commits[uid] = (list(keep), ok)
-        # as AdaWorker.ada_commit: tokens of every response drawn (here 5 each) and of the kept ones
-        return {"resumed": 0, "generated": 5 * 8 * self.calls[uid] if ok else 0, "trained": 5 * len(keep)}
+        # once a prompt is published verl may train its batch and end the run: the step's line must be written
+        self.logged_before_commit.append(self.sampler_log is not None and self.sampler_log.exists())
 
 
 def test_the_manager_publishes_a_failed_prompt_as_failure_and_finishes_the_step(tmp_path, monkeypatch):
@@ -137,7 +150,11 @@ def test_the_manager_publishes_a_failed_prompt_as_failure_and_finishes_the_step(
     uids = [f"u{i}" for i in range(4)]
     prompts = tu.get_tensordict({"uid": uids, "index": list(range(4))}, non_tensor_dict={"global_steps": 7})
 
+    for worker in workers:
+        worker.sampler_log = tmp_path / "attempt-001.sampler.jsonl"
     asyncio.run(manager._generate_adaptive(prompts))
+    assert all(logged for w in workers for logged in w.logged_before_commit)  # 4 commits, each after the log
+    assert sum(len(w.logged_before_commit) for w in workers) == 4
     commits = {uid: c for w in workers for uid, c in w.commits.items()}
     assert commits["u2"] == ([], False)  # published as "failure", no rows
     assert workers[0].calls["u2"] == 1 + GENERATE_RETRIES
@@ -150,6 +167,6 @@ def test_the_manager_publishes_a_failed_prompt_as_failure_and_finishes_the_step(
     (line,) = (tmp_path / "attempt-001.sampler.jsonl").read_text().splitlines()
     record = json.loads(line)
     assert record["step"] == 7 and record["data"]["sampler/failed_prompts"] == 1
-    # the step's tokens, summed from what the commits returned: 3 prompts x 8 drawn x 5, and their 4 kept x 5
+    # the step's tokens, summed from what the counts returned: 3 prompts x 8 drawn x 5, and their 4 kept x 5
     assert record["data"]["tokens/generated"] == 120 and record["data"]["tokens/trained"] == 60
     pool_stats.clear()

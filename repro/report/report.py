@@ -71,6 +71,9 @@ LABELS = {
     "seq-pos": "Seq-pos",
     "seq-balance": "Seq-balance",
     "est": "Est",
+    "pods-16-4": "PODS-16-4",
+    "knapsack": "Knapsack RL",
+    "greso": "GRESO",
 }
 
 
@@ -477,6 +480,9 @@ def build_report(
             "",
         ]
 
+    from repro.report import bench  # it builds on this module's verdicts
+
+    lines += bench.section_lines(by_seed, eval_df, training_df)
     if training_df is not None:
         lines += matched.section_lines(eval_df, training_df)
 

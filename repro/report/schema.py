@@ -15,4 +15,5 @@ Every table is written as results/<name>.parquet (for machines) and results/<nam
 RUN_KEYS = ("run", "backbone", "method", "prompt_set", "seed")
 TABLES = ("runs", "training", "eval")
 WEIGHTED_AVERAGE = "weighted_average"
+HELDOUT = "heldout/accuracy"  # the CPU trainer's held-out accuracy (repro.local.heldout.ACCURACY)
 DEFAULT_RESULTS = "results"

@@ -162,10 +162,19 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
         entry["outputs"].extend(results)
         return rewards
 
-    async def ada_commit(self, uid: str, keep: list[int], ok: bool = True) -> dict[str, int]:
-        """Publish the kept responses; returns how many of the prompt's responses were sampled across a weight
-        update (cut by an abort of verl's async trainer and resumed by its client on the new weights), and the
-        tokens the prompt's responses generated and those its kept ones bring to the update."""
+    async def ada_count(self, uid: str, keep: list[int]) -> dict[str, int]:
+        """What a prompt's metrics need before it is published: how many of its responses were sampled across a
+        weight update (cut by an abort of verl's async trainer and resumed by its client on the new weights),
+        the tokens its responses generated, and those the kept ones bring to the update."""
+        outputs = self._ada[uid]["outputs"] if uid in self._ada else []
+        return {
+            "resumed": sum(resumed(output) for output in outputs),
+            "generated": sum(response_tokens(output) for output in outputs),
+            "trained": sum(response_tokens(outputs[index]) for index in keep),
+        }
+
+    async def ada_commit(self, uid: str, keep: list[int], ok: bool = True) -> None:
+        """Publish the kept responses (verl's replay buffer may train on them from here on)."""
         entry = self._ada.pop(uid)
         try:
             for j, index in enumerate(keep):
@@ -177,11 +186,6 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
             logger.exception("publishing the update group of %s failed", uid)
             status = "failure"
         await tq.async_kv_put(key=uid, partition_id="train", tag={"status": status})
-        return {
-            "resumed": sum(resumed(output) for output in entry["outputs"]),
-            "generated": sum(response_tokens(output) for output in entry["outputs"]),
-            "trained": sum(response_tokens(entry["outputs"][index]) for index in keep) if status == "finished" else 0,
-        }
 
     async def ada_begin_refill(self, rows: list[dict[str, Any]], global_steps: int) -> None:
         """DAPO: begin refill prompts, first registering each as the trainer registers its own prompts."""
@@ -190,12 +194,10 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
             await tq.async_kv_put(key=row["uid"], partition_id="train", tag=tag)
         await self.ada_begin(rows, global_steps)
 
-    async def ada_drop(self, uid: str) -> dict[str, int]:
-        """DAPO: forget a dropped prompt and clear its prompt key, so verl's replay buffer never sees it; returns
-        the tokens its responses generated."""
-        entry = self._ada.pop(uid, None)
+    async def ada_drop(self, uid: str) -> None:
+        """DAPO: forget a dropped prompt and clear its prompt key, so verl's replay buffer never sees it."""
+        self._ada.pop(uid, None)
         await tq.async_kv_clear(keys=[uid], partition_id="train")
-        return {"generated": sum(response_tokens(output) for output in (entry or {}).get("outputs", []))}
 
 
 def _log_failure(future: concurrent.futures.Future) -> None:
@@ -300,12 +302,15 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
             await asyncio.gather(*(owner[u].ada_commit.remote(u, [], False) for u in uids))
             raise
         if commit is not None:
-            counts = await asyncio.gather(
-                *(owner[uids[s]].ada_commit.remote(uids[s], list(result.kept_index[s])) for s in commit.publish),
+            kept = {s: list(result.kept_index[s]) for s in commit.publish}
+            every = [*commit.publish, *commit.fill, *commit.drop]
+            counts = await asyncio.gather(*(owner[uids[s]].ada_count.remote(uids[s], kept.get(s, [])) for s in every))
+            self._finish(step, result.metrics, log_step, batch, counts)  # logged before verl can train the batch
+            await asyncio.gather(
+                *(owner[uids[s]].ada_commit.remote(uids[s], kept[s]) for s in commit.publish),
                 *(owner[uids[s]].ada_commit.remote(uids[s], []) for s in commit.fill),
                 *(owner[uids[s]].ada_drop.remote(uids[s]) for s in commit.drop),
             )
-            self._finish(step, result.metrics, log_step, batch, counts)
             return
         core = result.result
         # A = (r - baseline) * scale: the pool mean and Est's weight, or a bench family's own (repro.sampling.policies)
@@ -320,18 +325,19 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
         )
         if self._keep_steps is not None:
             pool_stats.forget_before(step - self._keep_steps)
-        counts = await asyncio.gather(  # a failed prompt is published as verl's worker does: "failure", no rows
-            *(
-                owner[uids[s]].ada_commit.remote(uids[s], list(result.kept_index.get(s, [])), s not in result.failed)
-                for s in range(len(uids))
-            )
+        keep = [list(result.kept_index.get(s, [])) if s not in result.failed else [] for s in range(len(uids))]
+        counts = await asyncio.gather(*(owner[uid].ada_count.remote(uid, k) for uid, k in zip(uids, keep, strict=True)))
+        self._finish(step, result.metrics, log_step, batch, counts)  # logged before verl can train the batch
+        await asyncio.gather(  # a failed prompt is published as verl's worker does: "failure", no rows
+            *(owner[uids[s]].ada_commit.remote(uids[s], keep[s], s not in result.failed) for s in range(len(uids)))
         )
-        self._finish(step, result.metrics, log_step, batch, counts)
 
     def _finish(
         self, step: int, metrics: dict[str, float], log_step: int | None, batch: int, counts: list[dict[str, int]]
     ) -> None:
-        """Log the step's sampler metrics with its tokens (`counts`: what each prompt's commit or drop returned)."""
+        """Log the step's sampler metrics with its tokens (`counts`: each prompt's `ada_count`). Called before the
+        batch's prompts are published: once they are, verl may train the batch and, at the last step, end the
+        process before this thread logs (the async suite lost a step's sampler line that way)."""
         counts = [c or {} for c in counts]
         metrics = {
             **metrics,

@@ -2,9 +2,10 @@
 
 Per step a method that draws 16 responses per prompt looks four times as cheap as it is; per generated token
 (`tokens/generated`, logged by both engines; `repro.report.matched`) the methods share one axis. One panel per
-backbone x prompt set; each point is an evaluated checkpoint, at the mean over seeds of the tokens generated
-up to it and of the weighted Ave@k, with a bar over the seeds' least to greatest accuracy. The dotted line
-is the budget `repro report` compares the methods at (the smallest method's total).
+backbone x prompt set; each point is a step where the runs read their accuracy (`matched.curve`: the held-out
+accuracy the CPU trainer logs every few steps, else evaluated checkpoints), at the mean over seeds of the
+tokens generated up to it and of the accuracy, with a band over the seeds' least to greatest accuracy. The
+dotted line is the budget `repro report` compares the methods at (the smallest method's total).
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ __all__ = ["accuracy_vs_tokens"]
 
 
 def accuracy_vs_tokens(eval_df: pd.DataFrame, training: pd.DataFrame) -> Result:
-    title = "Held-out accuracy against generated tokens"
-    points = matched.accuracy_by_tokens(eval_df, training)
+    title = "Accuracy against generated tokens"
+    points, what = matched.curve(eval_df, training)
     if points.empty:
-        message = "no evaluated checkpoint of a run that logged tokens/generated"
+        message = "no held-out accuracy or evaluated checkpoint of a run that logged tokens/generated"
         return empty_figure(title, message), [message]
     missing = [
-        f"{run}: no evaluated checkpoint joins its tokens"
+        f"{run}: no accuracy reading joins its tokens"
         for run in sorted(set(training["run"]) - set(points["run"]))
         if run in set(eval_df["run"])
     ]
@@ -53,11 +54,11 @@ def accuracy_vs_tokens(eval_df: pd.DataFrame, training: pd.DataFrame) -> Result:
                 color = method_color(method)
                 label = f"{method} ({int(line['seeds'].max())} seeds)"
                 ax.plot(line["tokens"], line["ave"], marker="o", markersize=3, color=color, label=label)
-                ax.vlines(line["tokens"], line["lo"], line["hi"], color=color, linewidth=0.8, alpha=0.6)
+                ax.fill_between(line["tokens"], line["lo"], line["hi"], color=color, alpha=0.15, linewidth=0)
             ax.axvline(float(budgets[(backbone, prompt_set)]), color="0.4", linestyle=":", linewidth=0.9)
             ax.set_title(f"{backbone} ({prompt_set})")
             ax.set_xlabel("generated tokens (cumulative, mean over seeds)")
-            ax.set_ylabel("weighted Ave@k (%)")
+            ax.set_ylabel("held-out accuracy (%)" if what == matched.HELDOUT_WHAT else "weighted Ave@k (%)")
             ax.legend(fontsize=7, loc="best")
-        fig.suptitle(f"{title}; bars: seeds' min-max; dotted: the equal-token budget", fontsize=9)
+        fig.suptitle(f"{title}; bands: seeds' min-max; dotted: the equal-token budget", fontsize=9)
     return fig, missing

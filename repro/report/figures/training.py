@@ -25,6 +25,7 @@ from repro.report.figures.common import (
     prologue,
     prompt_sets,
 )
+from repro.report.schema import HELDOUT
 from repro.report.style import plot_style
 
 __all__ = [
@@ -55,7 +56,6 @@ FIRST_REWARD = "sampler/first_draw_reward_mean"  # per prompt the first draw's m
 REWARD_SOURCES = {"first": FIRST_REWARD, "pool": POOL_REWARD, "selected": REWARD}
 DEFAULT_REWARD = "first"
 REWARD_VALUE = "reward"  # the column reward_column fills, run by run, with the reward the figure compares
-HELDOUT = "heldout/accuracy"
 HELDOUT_N = "heldout/n"
 BAND_LABEL = "band: min-max over seeds"
 BAND_LEGEND = "line = seed mean, band = seed min-max"
