@@ -371,9 +371,9 @@ PAPER = re.compile(r"the paper reports (?P<paper>[-+]?[0-9.]+) points")
 # the bench section (repro.report.bench): a claim's head line, then one line per reading with its verdict
 BENCH_HEAD = re.compile(r"^- \*\*(?P<title>[^*]+ vs [^*]+)\*\* \((?P<backbone>[^,]+), (?P<prompt_set>[^)]+)\)\. Claim:")
 BENCH_LINE = re.compile(
-    r"^  - (?P<reading>Per step|At equal generated tokens)[^:]*\): (?P<mean>[-+]?[0-9.]+) points, 95% CI "
+    r"^  - (?P<reading>Per step|At equal generated tokens) \(.*?\): (?P<mean>[-+]?[0-9.]+) points, 95% CI "
     r"\[(?P<ci>[^\]]+)\] over (?P<n>\d+) seeds; \*\*(?P<verdict>agrees|disagrees|cannot tell)\*\* "
-    r"(?P<against>on the sign|against \"no loss\")[^.]*\.(?: Stability: \*\*(?P<firm>\w+)\*\*)?"
+    r"(?P<against>on the sign|against \"no loss\" \([^)]*\))\.(?: Stability: \*\*(?P<firm>\w+)\*\*)?"
 )
 
 
@@ -390,9 +390,10 @@ def verdict_summary(report: Path = ROOT / "results" / "REPORT.md") -> list[str]:
             label = bench["verdict"] + (f", {bench['firm']}" if bench["firm"] else "")
             decided += bench["verdict"] != "cannot tell"
             firm += bench["firm"] == "firm"
+            reading = "per step" if bench["reading"] == "Per step" else "equal tokens"
             lines.append(
-                f"- {head['title']} ({head['prompt_set']}), {bench['reading'].lower()}: {bench['mean']} points "
-                f"[{bench['ci']}] over {bench['n']} seeds, {against}: **{label}**"
+                f"- {head['title']} ({head['prompt_set']}), {reading}: {bench['mean']} [{bench['ci']}] n={bench['n']}, "
+                f"{against}: **{label}**"
             )
             continue
         found = VERDICT.match(line)
@@ -404,8 +405,8 @@ def verdict_summary(report: Path = ROOT / "results" / "REPORT.md") -> list[str]:
         decided += found["verdict"] != "cannot tell"
         firm += found["firm"] == "firm"
         lines.append(
-            f"- {found['title']} ({found['prompt_set']}): {found['mean']} points [{found['ci']}] over {found['n']} "
-            f"seeds, {against}: **{label}**"
+            f"- {found['title']} ({found['prompt_set']}): {found['mean']} [{found['ci']}] n={found['n']}, "
+            f"{against}: **{label}**"
         )
     return [
         SUMMARY_START,

@@ -136,9 +136,8 @@ def test_the_readmes_verdicts_are_the_reports_and_a_hand_edit_is_replaced(tmp_pa
     )
     lines = gen.verdict_summary(report)
     assert lines[1:3] == [
-        "- Seq-balance vs GRPO-n4 (standard): +0.5 points [-0.2, 1.1] over 3 seeds, the paper +2.3: **cannot tell**",
-        "- Seq-balance vs GRPO-n4 on the hard prompt set (hard): +1.4 points [1.2, 1.6] over 3 seeds, the paper "
-        "+3.6: **agrees, firm**",
+        "- Seq-balance vs GRPO-n4 (standard): +0.5 [-0.2, 1.1] n=3, the paper +2.3: **cannot tell**",
+        "- Seq-balance vs GRPO-n4 on the hard prompt set (hard): +1.4 [1.2, 1.6] n=3, the paper +3.6: **agrees, firm**",
     ]
     assert lines[4].startswith("1 of 2 verdicts decided, 1 of them firm")
     readme = (ROOT / "README.md").read_text()
@@ -188,13 +187,27 @@ def test_the_bench_sections_judged_readings_join_the_summary_and_unjudged_ones_d
             for step in range(10, 101, 10)
         ]
     )
-    claim = next(c for c in bench.CLAIMS if c.method == "pods-16-4")
-    lines, _ = bench.claim_lines(by_seed, points, "tiny-arith", claim)
+    lines = []
+    for method in ("pods-16-4", "greso"):
+        claim = next(c for c in bench.CLAIMS if c.method == method)
+        lines += bench.claim_lines(by_seed, points, "tiny-arith", claim)[0]
     report = tmp_path / "REPORT.md"
     report.write_text("\n".join(lines) + "\n")
     summary = gen.verdict_summary(report)
+    # pods: its token reading has no claim, so no line; greso vs dapo: no runs here, so no seed measured by both
     assert summary[1:2] == [
-        "- pods-16-4 vs grpo-n4 (standard), per step: +2.2 points [1.4, 2.9] over 3 seeds, its paper: better: "
-        "**agrees, firm**"
+        "- pods-16-4 vs grpo-n4 (standard), per step: +2.2 [1.4, 2.9] n=3, its paper: better: **agrees, firm**"
     ]
-    assert summary[3].startswith("1 of 1 verdicts decided, 1 of them firm")  # the token reading has no claim
+    assert summary[3].startswith("1 of 1 verdicts decided, 1 of them firm")
+    # a judged token reading and a no-loss reading, with their stability, as the bench writes them
+    report.write_text(
+        "- **greso vs dapo** (tiny-arith, standard). Claim: GRESO reports DAPO's accuracy (x: 1.5).\n"
+        "  - Per step (final checkpoint, weighted Ave@k): +0.1 points, 95% CI [-0.5, 0.8] over 3 seeds; **agrees** "
+        'against "no loss" (a loss under 1.0 point). Stability: **firm**: the mean stays above -1.0.\n'
+        "  - At equal generated tokens (seed 0: 520k tokens, step 80 vs 100, seed 1: 525k tokens, step 80 vs 100): "
+        "-1.4 points, 95% CI [-6.3, 3.5] over 3 seeds; **cannot tell** on the sign. Stability: the mean keeps.\n"
+    )
+    assert gen.verdict_summary(report)[1:3] == [
+        '- greso vs dapo (standard), per step: +0.1 [-0.5, 0.8] n=3, its paper: "no loss": **agrees, firm**',
+        "- greso vs dapo (standard), equal tokens: -1.4 [-6.3, 3.5] n=3, its paper: better: **cannot tell**",
+    ]

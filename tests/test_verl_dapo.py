@@ -441,3 +441,58 @@ def test_manager_dapo_at_the_cap_gives_a_short_batch_or_a_clear_error(manager_en
         asyncio.run(manager._generate_adaptive(batch))
     statuses = {t.get("status") for t in manager_env.store.parts["train"].values() if t.get("is_prompt")}
     assert statuses == {"failure"}
+
+
+# ---- the bench's families through the same manager (repro.sampling.policies) -----------------------
+def test_manager_pods_publishes_the_max_variance_four_of_sixteen_and_their_affine_advantage(manager_env):
+    """PODS rides the reinforce_ada path: 16 drawn, the 4 of largest reward variance published, and the
+    baseline/scale of GRPO over those 4 left for the plugin's estimator (A = (r - baseline) x scale)."""
+    from repro import catalog
+    from repro.verl_plugin import pool_stats, state
+
+    spec = catalog.get_method("pods-16-4").sampler_spec()
+    assert (spec.kind, spec.n, spec.pods_generate) == ("pods", 4, 16)
+    # MIXED is right on session 0 only: 1 of 16; the best 4 by variance are that one and three wrong ones
+    kinds = [MIXED, WRONG, RIGHT, MIXED]
+    manager, batch = manager_env.make(kinds, [0, 1, 2, 3], spec)
+    uids = list(batch["uid"])
+    state.reset()
+    pool_stats.clear()
+    asyncio.run(manager._generate_adaptive(batch))
+    ((_, metrics),) = manager.logged
+    assert metrics["sampler/responses_total"] == 64 and metrics["tokens/generated"] == 64 * 3
+    assert metrics["tokens/trained"] == 4 * 4 * 3  # every prompt keeps 4 (an all-equal group has A = 0), 3 tokens each
+    meta, _ = replay_buffer_sample(batch_size=4)
+    groups = uid_groups(meta.keys)
+    assert set(groups) == set(uids) and all(s == [0, 1, 2, 3] for s in groups.values())
+    std = np.std([1.0, 0.0, 0.0, 0.0], ddof=1)  # the authors' torch.std: unbiased
+    for slot in (0, 3):
+        stat = pool_stats.lookup(uids[slot])
+        assert stat.pool_size == 16 and stat.pool_mean == pytest.approx(0.25)  # the field the estimator reads
+        assert stat.weight == pytest.approx(1.0 / (std + 1e-4))
+    pool_stats.clear()
+
+
+def test_manager_greso_fills_the_batch_with_mixed_groups_and_remembers_each_prompt(manager_env):
+    """GRESO rides DAPO's refill path: a first round of 1.5x the batch (6 prompts for 4), all-equal groups
+    dropped, refills until 4 mixed groups, exactly those published; every drawn prompt enters its memory."""
+    from repro import catalog
+    from repro.verl_plugin import state
+
+    spec = catalog.get_method("greso").sampler_spec(n=4)
+    kinds = [MIXED, WRONG, MIXED, RIGHT, MIXED, WRONG] + [MIXED] * 10
+    manager, batch = manager_env.make(kinds, [0, 1, 2, 3], spec)
+    state.reset()
+    asyncio.run(manager._generate_adaptive(batch))
+    ((_, metrics),) = manager.logged
+    # round 1: 6 prompts (1.5 x 4), 3 mixed; one refill of 2 (both mixed): 5 mixed, the first 4 kept
+    assert (metrics["greso/prompts_drawn"], metrics["greso/rounds"], metrics["greso/kept_prompts"]) == (8, 2, 4)
+    assert metrics["tokens/generated"] == 8 * 4 * 3 and metrics["tokens/trained"] == 4 * 4 * 3
+    meta, _ = replay_buffer_sample(batch_size=4)
+    groups = uid_groups(meta.keys)
+    assert len(groups) == 4 and all(s == [0, 1, 2, 3] for s in groups.values())
+    kept_rows = {r["uid"]: r["index"] for r in manager_env.seen_rows}
+    assert all(kinds[kept_rows[u]] == MIXED for u in groups)  # only mixed groups reach the update
+    memory = state.estimator(spec)
+    assert len(memory.histories) == 8  # every prompt the rounds drew, by its dataset index
+    state.reset()

@@ -11,7 +11,7 @@ side it takes per step and per token:
   n = 8), allocated by a knapsack over pass rates: better per step, and so per token.
 - GRESO (2025) skips prompts predicted all-equal before DAPO's dynamic sampling draws them: the same accuracy
   as DAPO per step ("no loss", as the async verdict judges it), reached with fewer rollouts, so better per
-  token.
+  token. Its baseline drew 1.5x the batch per round as GRESO does; the DAPO here draws 1x (the claim says so).
 
 Verdicts follow repro.report.report: **agrees** / **disagrees** / **cannot tell** on the sign for "better",
 the non-inferiority rule (`no_loss_verdict`) for "no loss", and no verdict where the paper makes no claim.
@@ -74,7 +74,11 @@ CLAIMS = (
         NO_LOSS,
         BETTER,
         "GRESO reports DAPO's accuracy with up to 2.4x faster rollout and 2.0x faster training (it skips "
-        "prompts predicted all-equal before drawing them), so no loss per step and ahead per token",
+        "prompts predicted all-equal before drawing them), so no loss per step and ahead per token. Its DAPO "
+        "drew 1.5x the batch per round, as GRESO's first round does (384 prompts for 256, "
+        "train-scripts/math_qwen_7b_dm_dynamic_sampling.sh:16-17); the DAPO here is the Reinforce-Ada paper's, "
+        "rounds of 1x the batch, so GRESO's 1.5x first round is a cost its own baseline shared and this one "
+        "does not",
     ),
 )
 

@@ -95,7 +95,6 @@ class Policy:
     """GRPO (`uniform`): n responses per prompt, all of them in the update, group-normalised advantages."""
 
     settings_type: ClassVar[type[Settings]] = UniformSettings
-    keeps_estimator: ClassVar[bool] = False  # state across steps that drivers create, save and restore
     refills: ClassVar[bool] = False  # draws fresh prompts within a step
     # verl's advantage estimator on the verl path: its own "grpo" over each kept group, or the plugin's
     # "reinforce_ada", A = (r - baseline) * scale from the core's numbers (repro.verl_plugin.advantage)
@@ -108,6 +107,11 @@ class Policy:
     def new_memory(self) -> Memory | None:
         """A fresh state kept across steps, or None when the method keeps none."""
         return None
+
+    @property
+    def keeps_estimator(self) -> bool:
+        """Whether drivers create, save and restore state across steps for it: it defines `new_memory`."""
+        return type(self).new_memory is not Policy.new_memory
 
     def load_memory(self, path: str | os.PathLike[str]) -> Memory | None:
         return None
@@ -220,7 +224,6 @@ class EstPolicy(Policy):
 
     settings_type = EstSettings
     verl_advantage = "reinforce_ada"
-    keeps_estimator = True
 
     def new_memory(self) -> BetaBernoulliEstimator:
         return make_estimator(self.settings)
@@ -296,7 +299,6 @@ class KnapsackPolicy(Policy):
 
     settings_type = KnapsackSettings
     verl_advantage = "reinforce_ada"
-    keeps_estimator = True
 
     def new_memory(self) -> knapsack.PassRateBuffer:
         return knapsack.PassRateBuffer(self.settings)
@@ -344,7 +346,6 @@ class GresoPolicy(Policy):
     groups are mixed; steer the skip factors toward a zero-variance share (`repro.sampling.greso`)."""
 
     settings_type = GresoSettings
-    keeps_estimator = True
     refills = True
 
     def new_memory(self) -> greso.GresoMemory:

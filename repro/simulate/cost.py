@@ -110,6 +110,8 @@ def run_step(
                 pools += [[] for _ in range(sampler.num_slots - len(pools))]
             slots, counts = sampler.plan()
             if slots.size == 0:
+                if sampler.prompts_wanted():  # every prompt drawn was skipped (GRESO): draw again
+                    continue
                 break
             for slot, count in zip(slots, counts, strict=True):
                 submit(int(slot), int(count))

@@ -18,6 +18,8 @@ from repro.report.style import method_color, plot_style, sort_methods
 
 __all__ = ["accuracy_vs_tokens"]
 
+LEGEND_INSIDE_MAX = 5  # methods a panel's legend may list inside the axes
+
 
 def accuracy_vs_tokens(eval_df: pd.DataFrame, training: pd.DataFrame) -> Result:
     title = "Accuracy against generated tokens"
@@ -37,7 +39,9 @@ def accuracy_vs_tokens(eval_df: pd.DataFrame, training: pd.DataFrame) -> Result:
     ]
     budgets = matched.at_equal_tokens(points).groupby(["backbone", "prompt_set"])["budget_tokens"].first()
     with plot_style():
-        fig, axes = panels(len(cells), ncols_max=2, panel_size=(5.6, 3.8))
+        crowded = points.groupby(["backbone", "prompt_set"])["method"].nunique().max() > LEGEND_INSIDE_MAX
+        # a crowded panel's legend goes beside it, where it covers no line
+        fig, axes = panels(len(cells), ncols_max=2, panel_size=(7.4 if crowded else 5.6, 3.8))
         for ax, (backbone, prompt_set) in zip(axes, cells, strict=True):
             cell = points[(points["backbone"] == backbone) & (points["prompt_set"] == prompt_set)]
             for method in sort_methods(cell["method"].unique()):
@@ -59,6 +63,9 @@ def accuracy_vs_tokens(eval_df: pd.DataFrame, training: pd.DataFrame) -> Result:
             ax.set_title(f"{backbone} ({prompt_set})")
             ax.set_xlabel("generated tokens (cumulative, mean over seeds)")
             ax.set_ylabel("held-out accuracy (%)" if what == matched.HELDOUT_WHAT else "weighted Ave@k (%)")
-            ax.legend(fontsize=7, loc="best")
+            if crowded:
+                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+            else:
+                ax.legend(fontsize=7, loc="best")
         fig.suptitle(f"{title}; bands: seeds' min-max; dotted: the equal-token budget", fontsize=9)
     return fig, missing
