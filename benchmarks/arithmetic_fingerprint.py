@@ -1,0 +1,136 @@
+"""Which kernel computes other bits on another CPU: a hash per primitive the tiny model's build and training use,
+under repro's pinned arithmetic.
+
+The pin (repro/arithmetic.py) makes every kernel choice on one CPU give the same bits, but the main job on an
+Intel Xeon and on an AMD EPYC built different tiny models (docs/cpu-miniature.md, "One arithmetic per CPU").
+Run this on each machine and compare: the first primitive whose hash differs is where the arithmetic still
+depends on the CPU. Inputs come from numpy's PCG64 integers scaled by powers of two, so they are the same bits
+everywhere; each output is hashed whole.
+
+    .venv/bin/python benchmarks/arithmetic_fingerprint.py                      # print this CPU's hashes
+    .venv/bin/python benchmarks/arithmetic_fingerprint.py --out results/arithmetic/NAME.json
+    .venv/bin/python benchmarks/arithmetic_fingerprint.py --compare results/arithmetic/*.json
+"""
+
+from __future__ import annotations
+
+import sys
+
+from repro import arithmetic
+
+arithmetic.pin()  # before torch and numpy load, as every repro process does
+
+import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+
+def _digest(tensor) -> str:
+    return hashlib.sha256(tensor.detach().contiguous().numpy().tobytes()).hexdigest()[:16]
+
+
+def _inputs(seed: int, *shape: int):
+    """Exactly representable floats in [-1, 1): integers / 2^15 from PCG64, the same on every machine."""
+    import numpy as np
+    import torch
+
+    ints = np.random.Generator(np.random.PCG64(seed)).integers(-(2**15), 2**15, size=shape)
+    return torch.from_numpy((ints / 2.0**15).astype(np.float32))
+
+
+def primitives() -> dict[str, Callable[[], object]]:
+    import torch
+    import torch.nn.functional as F
+
+    a, b = _inputs(1, 256, 300), _inputs(2, 300, 200)
+    x, w = _inputs(3, 64, 128), _inputs(4, 512, 128)
+    bias = _inputs(5, 512)
+    logits, target = _inputs(6, 32, 97) * 8, torch.arange(32) % 97
+
+    def adamw():
+        p = torch.nn.Parameter(_inputs(7, 128, 128))
+        opt = torch.optim.AdamW([p], lr=1e-3, weight_decay=0.01)
+        for k in range(3):
+            p.grad = _inputs(8 + k, 128, 128)
+            opt.step()
+        return p
+
+    def ce_backward():
+        z = logits.clone().requires_grad_(True)
+        F.cross_entropy(z, target).backward()
+        return z.grad
+
+    def linear_backward():
+        xx, ww = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        (F.linear(xx, ww, bias) ** 2).sum().backward()
+        return torch.cat([xx.grad.flatten(), ww.grad.flatten()])
+
+    def attention():
+        q, k, v = (_inputs(20 + i, 4, 2, 48, 32) for i in range(3))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    return {
+        "mm 256x300 @ 300x200": lambda: a @ b,
+        "mm 64x128 @ 128x512": lambda: x @ w.T,
+        "linear": lambda: F.linear(x, w, bias),
+        "linear backward": linear_backward,
+        "bmm": lambda: torch.bmm(_inputs(10, 8, 48, 32), _inputs(11, 8, 32, 48)),
+        "softmax": lambda: torch.softmax(logits, -1),
+        "log_softmax": lambda: torch.log_softmax(logits, -1),
+        "layer_norm": lambda: F.layer_norm(a, (300,)),
+        "gelu (erf)": lambda: F.gelu(a),
+        "gelu (tanh)": lambda: F.gelu(a, approximate="tanh"),
+        "exp": lambda: torch.exp(a),
+        "log": lambda: torch.log(a.abs() + 1e-3),
+        "tanh": lambda: torch.tanh(a),
+        "sigmoid": lambda: torch.sigmoid(a),
+        "sum (dim 1)": lambda: a.sum(1),
+        "sum (all)": lambda: a.sum(),
+        "cross_entropy backward": ce_backward,
+        "scaled_dot_product_attention": attention,
+        "adamw x3": adamw,
+    }
+
+
+def fingerprint() -> dict:
+    import torch
+
+    return {
+        "arithmetic": arithmetic.in_force(),
+        "torch": torch.__version__,
+        "hashes": {name: _digest(make()) for name, make in primitives().items()},
+    }
+
+
+def compare(paths: list[Path]) -> int:
+    prints = {p.stem: json.loads(p.read_text()) for p in paths}
+    names = list(next(iter(prints.values()))["hashes"])
+    for label, fp in prints.items():
+        print(f"{label}: {fp['arithmetic']['cpu']}, torch {fp['torch']}")
+    differ = [n for n in names if len({fp["hashes"].get(n) for fp in prints.values()}) > 1]
+    for name in names:
+        print(f"  {'DIFFERS' if name in differ else 'same   '}  {name}")
+    return 1 if differ else 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="write this CPU's fingerprint as JSON")
+    parser.add_argument("--compare", type=Path, nargs="+", help="fingerprint files to compare")
+    args = parser.parse_args(argv)
+    if args.compare:
+        return compare(args.compare)
+    found = fingerprint()
+    for name, digest in found["hashes"].items():
+        print(f"{digest}  {name}")
+    print(f"on {found['arithmetic']['cpu']} ({found['arithmetic']['torch_capability']}, torch {found['torch']})")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(found, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
