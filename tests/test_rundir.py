@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from repro.errors import ReproError
-from repro.rundir import MetricsWriter, RunDir, cell_name
+from repro.rundir import MetricsWriter, RunDir, cell_name, read_attempt
 
 CONFIG = {"model": {"name": "tiny", "lr": 1e-3}, "trainer": {"steps": 10, "seed": 1}, "tags": ["a", "b"]}
 ARGV = ["repro", "run", "--method", "est"]
@@ -462,3 +462,30 @@ def test_read_metrics_merges_the_verl_sampler_file_into_the_same_steps(tmp_path:
     }
     assert (read.lines, read.corrupt, read.duplicates) == (9, 1, 0)  # the torn sampler tail is corrupt
     assert run.logged_steps() == {0, 1, 2, 3}
+
+
+def test_a_batch_sampled_before_an_interruption_brings_its_sampler_line_to_the_attempt_that_trains_it(
+    tmp_path: Path,
+) -> None:
+    """verl's async trainer checkpoints the batches it sampled ahead; the resumed attempt trains them without
+    sampling them again, so their sampler lines sit in attempt 1 and verl's lines in attempt 2."""
+    run = fresh(tmp_path)
+    m = run.metrics_dir
+    (m / "attempt-001.jsonl").write_text('{"step": 1, "data": {"loss": 1.0}}\n{"step": 2, "data": {"loss": 0.9}}\n')
+    (m / "attempt-001.sampler.jsonl").write_text(
+        '{"step": 1, "data": {"sampler/prompts": 16}}\n'
+        '{"step": 3, "data": {"sampler/prompts": 8, "est/p_hat_mean": 0.3}}\n'
+        '{"step": 4, "data": {"sampler/prompts": 8, "est/p_hat_mean": 0.4}}\n'
+    )
+    # attempt 2 trains steps 3 and 4; it sampled step 4's batch again (the first one was cut by the kill)
+    (m / "attempt-002.jsonl").write_text('{"step": 3, "data": {"loss": 0.7}}\n{"step": 4, "data": {"loss": 0.6}}\n')
+    (m / "attempt-002.sampler.jsonl").write_text('{"step": 4, "data": {"sampler/prompts": 8, "est/p_hat_mean": 0.5}}\n')
+    read = run.read_metrics()
+    assert read.by_step == {
+        1: {"loss": 1.0, "sampler/prompts": 16},
+        2: {"loss": 0.9},  # trained from step 1's double submission: no line of its own
+        3: {"loss": 0.7, "sampler/prompts": 8, "est/p_hat_mean": 0.3},  # carried from attempt 1
+        4: {"loss": 0.6, "sampler/prompts": 8, "est/p_hat_mean": 0.5},  # its own line wins
+    }
+    # a single attempt read alone keeps its own lines only
+    assert dict(read_attempt(m / "attempt-002.jsonl")[0])[3] == {"loss": 0.7}

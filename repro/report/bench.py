@@ -13,7 +13,7 @@ side it takes per step and per token:
   as DAPO per step ("no loss", as the async verdict judges it), reached with fewer rollouts, so better per
   token. Its baseline drew 1.5x the batch per round as GRESO does; the DAPO here draws 1x (the claim says so).
 
-Verdicts follow repro.report.report: **agrees** / **disagrees** / **cannot tell** on the sign for "better",
+Verdicts follow repro.report.verdicts: **agrees** / **disagrees** / **cannot tell** on the sign for "better",
 the non-inferiority rule (`no_loss_verdict`) for "no loss", and no verdict where the paper makes no claim.
 The per-step reading is the final checkpoint's weighted Ave@k paired seed by seed (`tables.paired_values`);
 the per-token one `matched.paired_at_equal_tokens` on `matched.curve`.
@@ -26,13 +26,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from repro.report import matched, stats, tables
-from repro.report.report import (
-    CANNOT_TELL,
-    NO_LOSS_MARGIN,
-    no_loss_verdict,
-    stability_clause,
-    verdict,
-)
+from repro.report.verdicts import CANNOT_TELL, NO_LOSS_MARGIN, no_loss_verdict, stability_clause, verdict
 
 BETTER = "better"
 NO_LOSS = "no loss"

@@ -44,7 +44,7 @@ from repro.atomic import fsync_dir
 from repro.errors import ReproError
 from repro.evaluation.runner import BASE_MODEL, MODEL_EVAL_MARKER, RELEASED_CHECKPOINT
 from repro.report.schema import RUN_KEYS, TABLES, WEIGHTED_AVERAGE
-from repro.rundir import RunDir, read_attempt
+from repro.rundir import RunDir, read_attempts
 
 LOCK_NAME = ".collect.lock"
 RUNS_COLUMNS = (
@@ -181,14 +181,14 @@ class _Metrics:
 
 def _read_metrics(run: RunDir) -> _Metrics:
     """Every attempt file merged by step, in attempt order: each step once, the latest attempt's record wins.
-    A verl attempt's sampler file is part of its attempt (`repro.rundir.read_attempt`)."""
+    A verl attempt's sampler file is part of its attempt, a line of a batch sampled before an interruption part of
+    the attempt that trained it (`repro.rundir.read_attempts`)."""
     out = _Metrics()
     files_with: dict[int, int] = {}
     files = run.metrics_files()
     out.files = len(files)
-    for file in files:
+    for records, _, corrupt in read_attempts(files):
         in_this_file: set[int] = set()
-        records, _, corrupt = read_attempt(file)
         out.corrupt += corrupt
         for step, data in records:
             in_this_file.add(step)

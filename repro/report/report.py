@@ -33,7 +33,18 @@ from pathlib import Path
 import pandas as pd
 
 from repro import paper
-from repro.report import matched, stats, tables
+from repro.report import bench, matched, stats, tables
+from repro.report.verdicts import (
+    AGREES,
+    CANNOT_TELL,
+    DISAGREES,
+    FIRM_REPEAT,
+    NO_LOSS_MARGIN,
+    no_loss_verdict,
+    points_text,
+    stability_clause,
+    verdict,
+)
 
 __all__ = [
     "AGREES",
@@ -55,9 +66,6 @@ __all__ = [
     "verdict",
 ]
 
-AGREES = "agrees"
-DISAGREES = "disagrees"
-CANNOT_TELL = "cannot tell"
 IMPROVES = "improves"  # RL against the base model: the paper reports no base numbers, so no agree/disagree
 WORSENS = "worsens"
 PAPER_STAND_IN = "qwen2.5-math-1.5b"  # the paper's backbone a miniature is compared against
@@ -103,10 +111,6 @@ COMPARISONS = (
 
 # Beyond the paper: the async schedule against its synchronous method, judged against "no loss".
 ASYNC_COMPARISONS = (Comparison("seq-balance-async", "seq-balance"),)
-# The loss in weighted Ave@k (points) below which "no loss" still holds: a tenth of the gap the paper's
-# headline comparison opens (Seq-balance - GRPO-n4 on Qwen2.5-Math-1.5B, about 2 points weighted, would
-# be cut in half by a larger loss).
-NO_LOSS_MARGIN = 1.0
 
 
 def _label(method: str) -> str:
@@ -116,17 +120,6 @@ def _label(method: str) -> str:
     if base != method and base in LABELS:
         return LABELS[base] + " async"
     return LABELS.get(method, method)
-
-
-def no_loss_verdict(interval: stats.Interval, margin: float = NO_LOSS_MARGIN) -> str:
-    """Non-inferiority of a schedule change: **disagrees** when the whole 95% interval is below 0 (a loss is
-    measured), **agrees** when its lower end is above -margin (any loss is smaller than the margin), else
-    (or with no interval) **cannot tell**."""
-    if not interval.has_interval:
-        return CANNOT_TELL
-    if interval.high < 0:
-        return DISAGREES
-    return AGREES if interval.low > -margin else CANNOT_TELL
 
 
 def async_sentence(
@@ -164,25 +157,11 @@ def _step_seconds(
     return None if ratio is None else (ratio, mine, theirs)
 
 
-def _points(value: float) -> str:
-    value = round(value, 1) + 0.0  # no "-0.0"
-    return f"{value:+.1f}" if value else "0.0"
-
-
 def _number(value: float) -> str:
     return f"{round(value, 1) + 0.0:.1f}"
 
 
 # ------------------------------------------------------------------------------------------ verdicts
-
-
-def verdict(interval: stats.Interval, paper_delta: float | None) -> str:
-    """The rule of the module docstring: the sign of the measured interval against the paper's sign."""
-    if not interval.has_interval or paper_delta is None or not math.isfinite(paper_delta) or paper_delta == 0:
-        return CANNOT_TELL
-    if interval.low <= 0 <= interval.high:
-        return CANNOT_TELL
-    return AGREES if (interval.low > 0) == (paper_delta > 0) else DISAGREES
 
 
 def _paper_weighted() -> dict[tuple[str, str, str], float]:
@@ -224,9 +203,9 @@ def _measured_clause(by_seed: pd.DataFrame, backbone: str, comparison: Compariso
     if interval.n == 0:
         return "no seed measured by both runs on the same benchmarks, so no paired difference", interval
     if not interval.has_interval:
-        return f"measured difference {_points(interval.mean)} points on 1 seed (one seed: no interval)", interval
+        return f"measured difference {points_text(interval.mean)} points on 1 seed (one seed: no interval)", interval
     return (
-        f"measured paired difference {_points(interval.mean)} points, 95% CI "
+        f"measured paired difference {points_text(interval.mean)} points, 95% CI "
         f"[{_number(interval.low)}, {_number(interval.high)}] over {interval.n} seeds",
         interval,
     )
@@ -239,7 +218,7 @@ def _paper_clause(backbone: str, comparison: Comparison) -> tuple[str, float | N
     where = f"{source}, {comparison.prompt_set}"
     if source != backbone:
         where += f"; {backbone} is a miniature, so compared against the paper's {source} rows"
-    return f"the paper reports {_points(delta)} points ({_number(mine)} vs {_number(theirs)}, {where})", delta
+    return f"the paper reports {points_text(delta)} points ({_number(mine)} vs {_number(theirs)}, {where})", delta
 
 
 def _ratio(mine: float, theirs: float) -> str | None:
@@ -293,11 +272,11 @@ def base_gain_sentence(by_seed: pd.DataFrame, backbone: str, prompt_set: str, me
         )
     if not interval.has_interval:
         outcome = CANNOT_TELL
-        measured = f"{_points(interval.mean)} points on 1 seed (one seed: no interval)"
+        measured = f"{points_text(interval.mean)} points on 1 seed (one seed: no interval)"
     else:
         outcome = IMPROVES if interval.low > 0 else WORSENS if interval.high < 0 else CANNOT_TELL
         measured = (
-            f"{_points(interval.mean)} points, 95% CI [{_number(interval.low)}, {_number(interval.high)}] over "
+            f"{points_text(interval.mean)} points, 95% CI [{_number(interval.low)}, {_number(interval.high)}] over "
             f"{interval.n} seeds"
         )
     gains, _ = tables.gain_values(by_seed, backbone, prompt_set, method)
@@ -305,43 +284,6 @@ def base_gain_sentence(by_seed: pd.DataFrame, backbone: str, prompt_set: str, me
     return (
         f"{head}: {_number(base)} -> {_number(base + interval.mean)}, {measured}. Verdict: **{outcome}**. {stability}",
         outcome,
-    )
-
-
-FIRM_REPEAT = 0.8  # a decided verdict is "firm" when n fresh seeds would repeat it at least this often
-
-
-def stability_clause(values: Sequence[float], outcome: str, shift: float = 0.0) -> str:
-    """How firm a verdict over per-seed `values` is (repro.report.stats, "how firm a verdict is"): whether one
-    seed carries the sign, how often as many fresh seeds would repeat a decided verdict, and for an undecided
-    one how many seeds would decide it at the measured mean and spread. `shift` moves the threshold from 0
-    (the no-loss verdict's margin)."""
-    shifted = [v + shift for v in values]
-    found = stats.stability(shifted)
-    if found is None:
-        return f"Stability: {len(shifted)} seed(s), too few to judge (3 or more)."
-    n = len(shifted)
-    side = f"{'above' if sum(shifted) > 0 else 'below'} {_points(-shift)}"
-    kept = "keeps its sign" if not shift else f"stays {side}"
-    flips = "flips the mean's sign" if not shift else f"takes the mean past {_points(-shift)}"
-    sign = (
-        f"the mean {kept} with any one of the {n} seeds left out"
-        if found.sign_kept
-        else f"single seeds carry it: leaving out any one of {len(found.flips_without)} of the {n} seeds {flips}"
-    )
-    spread = f"s = {found.spread:.1f} points between seeds"
-    if outcome == CANNOT_TELL:
-        need = found.seeds_to_exclude
-        decide = (
-            f"at the measured mean and spread ({spread}) an interval would clear the threshold from {need} seeds"
-            if need is not None
-            else f"no number of seeds up to 1000 would decide it at the measured mean and spread ({spread})"
-        )
-        return f"Stability: {sign}; {decide}."
-    firm = "firm" if found.sign_kept and found.repeat >= FIRM_REPEAT else "fragile"
-    return (
-        f"Stability: **{firm}**: {sign}; {n} fresh seeds would repeat this verdict with probability "
-        f"{found.repeat:.2f} if the measured mean and spread ({spread}) were the truth."
     )
 
 
@@ -479,8 +421,6 @@ def build_report(
             *async_lines,
             "",
         ]
-
-    from repro.report import bench  # it builds on this module's verdicts
 
     lines += bench.section_lines(by_seed, eval_df, training_df)
     if training_df is not None:

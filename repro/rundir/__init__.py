@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from repro.rundir.checkpoints import COMPLETE_MARKER, LATEST_FILE
 from repro.rundir.layout import cell_name
-from repro.rundir.metrics import SAMPLER_SUFFIX, MetricsRead, read_attempt, sampler_file
+from repro.rundir.metrics import SAMPLER_SUFFIX, MetricsRead, read_attempt, read_attempts, sampler_file
 from repro.rundir.metrics_writer import MetricsWriter
 from repro.rundir.run import RunDir
 from repro.rundir.status import END_STATES, STATES
@@ -43,5 +43,6 @@ __all__ = [
     "RunDir",
     "cell_name",
     "read_attempt",
+    "read_attempts",
     "sampler_file",
 ]

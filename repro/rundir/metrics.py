@@ -61,21 +61,56 @@ def read_attempt(file: str | os.PathLike[str]) -> tuple[list[tuple[int, dict]], 
     """One attempt's records in file order, with its sampler file merged in: (records, lines, corrupt).
 
     A step's sampler metrics join the record(s) verl logged for that step in the same attempt (verl's
-    values win on a shared name). Sampler lines of a step verl never logged in this attempt (it died
-    between sampling and logging; the resumed attempt replays that step) make no record of their own.
-    Lines and corrupt lines count both files.
+    values win on a shared name). Sampler lines of a step verl never logged in this attempt make no record
+    of their own here (`read_attempts` carries them to the attempt that trained the step). Lines and corrupt
+    lines count both files.
     """
-    file = Path(file)
+    records, lines, corrupt, _ = _read_attempt(Path(file))
+    return records, lines, corrupt
+
+
+def _read_attempt(file: Path) -> tuple[list[tuple[int, dict]], int, int, dict[int, dict]]:
+    """`read_attempt`, and the sampler lines of steps verl did not log in this attempt, by step."""
     records, lines, corrupt = _read_lines(file)
     side = sampler_file(file)
-    if side.is_file():
-        extra, side_lines, side_corrupt = _read_lines(side)
-        lines, corrupt = lines + side_lines, corrupt + side_corrupt
-        by_step: dict[int, dict] = {}
-        for step, data in extra:
-            by_step.setdefault(step, {}).update(data)
-        records = [(step, {**by_step[step], **data}) if step in by_step else (step, data) for step, data in records]
-    return records, lines, corrupt
+    if not side.is_file():
+        return records, lines, corrupt, {}
+    extra, side_lines, side_corrupt = _read_lines(side)
+    by_step: dict[int, dict] = {}
+    for step, data in extra:
+        by_step.setdefault(step, {}).update(data)
+    logged = {step for step, _ in records}
+    merged = [(step, {**by_step[step], **data}) if step in by_step else (step, data) for step, data in records]
+    orphans = {step: data for step, data in by_step.items() if step not in logged}
+    return merged, lines + side_lines, corrupt + side_corrupt, orphans
+
+
+def read_attempts(files: list[Path]) -> list[tuple[list[tuple[int, dict]], int, int]]:
+    """`read_attempt` of each attempt file in order, with sampler lines carried across attempts.
+
+    verl's async trainer samples ahead and checkpoints the batches it sampled but has not trained; after an
+    interruption the resumed attempt trains them without sampling them again, so their sampler line sits in
+    the attempt that sampled them and verl's line of the step in the next. Such a line joins the first later
+    record of its step that has no sampler line of its own (a step sampled again after the resume keeps its
+    new line).
+    """
+    out, pending = [], {}
+    for file in files:
+        records, lines, corrupt, orphans = _read_attempt(Path(file))
+        own = set(_sampler_steps(Path(file)))
+        carried = []
+        for step, data in records:
+            if step in pending and step not in own:
+                data = {**pending.pop(step), **data}
+            carried.append((step, data))
+        pending.update(orphans)
+        out.append((carried, lines, corrupt))
+    return out
+
+
+def _sampler_steps(file: Path) -> list[int]:
+    side = sampler_file(file)
+    return [step for step, _ in _read_lines(side)[0]] if side.is_file() else []
 
 
 def repair_tail(file: Path) -> dict | None:
@@ -136,8 +171,7 @@ class RunMetrics(RunLayout):
         step replaces an earlier one."""
         out = MetricsRead()
         seen: dict[int, int] = {}
-        for file in self.metrics_files():
-            records, lines, corrupt = read_attempt(file)
+        for records, lines, corrupt in read_attempts(self.metrics_files()):
             out.lines += lines
             out.corrupt += corrupt
             for step, data in records:

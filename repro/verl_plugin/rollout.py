@@ -232,6 +232,7 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._batches: list[list[float]] = []  # async: [start, end] wall times of each submitted batch
         self._log_step = 0  # async: the step the last submitted batch's sampler metrics are logged under
+        self._log_next = 1  # async: the first step no submitted batch covers yet
         if self.asynchronous and self.config.trainer.resume_mode != "disable":
             trainer = self.config.trainer
             count = state.restore_pool_stats(checkpoints, trainer.resume_mode, trainer.get("resume_from_path"))
@@ -255,9 +256,13 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
             threading.Thread(target=self._loop.run_forever, name="reinforce-ada-loop", daemon=True).start()
         rows = batch_rows(prompts)
         rows_step = int(rows[0].get("global_steps", 0)) if rows else 0
-        # verl tags the warm-up batch and step 1's with step 1: each batch's sampler metrics go under the step
-        # that trains it when batches finish in order (one batch ahead: submission k is trained at step k)
-        self._log_step = max(rows_step, self._log_step + 1)
+        # A submission's sampler metrics go under the first step that trains it. verl's first submission holds
+        # the warm-up batches too (2 x train_batch_size prompts, all tagged step 1), trained at steps 1 and 2,
+        # so the next one is step 3's: a submission covers len(rows) / train_batch_size steps. Its metrics are
+        # logged once, at its first step (a step it covers after the first has no sampler line of its own).
+        per_step = int(self.config.data.get("train_batch_size") or len(rows) or 1)
+        self._log_step = max(rows_step, self._log_next)
+        self._log_next = self._log_step + max(1, len(rows) // per_step)
         self._batches.append([time.monotonic(), float("nan")])
         future = asyncio.run_coroutine_threadsafe(
             self._generate_adaptive(prompts, log_step=self._log_step, batch=len(self._batches) - 1), self._loop
