@@ -81,11 +81,13 @@ def _steps(run: Path) -> dict[int, dict]:
 
 
 def _sampled(steps: dict[int, dict]) -> list[int]:
-    """The steps with a sampler line. A submission of k batches (verl's first holds the warm-up batch too) is
-    logged once, at the first step it trains; the steps after it have none."""
+    """The steps with a sampler line, at least one of them after the resume. A submission of k batches (verl's
+    first holds the warm-up batch too) is logged once, at the first step it trains, so step 2 has none; which
+    batches a resumed attempt samples again depends on where the kill lands, so a second step may lack one
+    (the reader's carrying of lines across attempts is tested exactly in test_rundir.py)."""
     with_line = [s for s in steps if "sampler/prompts" in steps[s]]
-    missing = set(steps) - set(with_line)
-    assert all(steps.get(s - 1, {}).get("sampler/prompts", 0) > BATCH for s in missing), sorted(missing)
+    assert steps[1]["sampler/prompts"] == 2 * BATCH  # the warm-up batch and step 1's, one submission
+    assert len(set(steps) - set(with_line)) <= 2 and max(with_line) > 2, sorted(with_line)
     return with_line
 
 
