@@ -148,45 +148,14 @@ def test_the_readmes_verdicts_are_the_reports_and_a_hand_edit_is_replaced(tmp_pa
 
 def test_the_bench_sections_judged_readings_join_the_summary_and_unjudged_ones_do_not(tmp_path):
     """The lines repro.report.bench writes, parsed by gen-docs: the claim's head names the pair."""
-    import pandas as pd
+    from test_bench_report import _by_seed, _points
 
     from repro.report import bench
 
-    spec = importlib.util.spec_from_file_location("gen_docs", GEN)
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    by_seed = pd.DataFrame(
-        [
-            {
-                "backbone": "tiny-arith",
-                "prompt_set": "standard",
-                "method": m,
-                "seed": s,
-                "weighted": w,
-                "trained": True,
-                "benchmarks": "a",
-            }
-            for m, values in (("grpo-n4", (10.0, 11.0, 12.0)), ("pods-16-4", (12.0, 13.5, 14.0)))
-            for s, w in enumerate(values)
-        ]
-    )
-    points = pd.DataFrame(
-        [
-            {
-                "run": f"{m}{s}",
-                "backbone": "tiny-arith",
-                "prompt_set": "standard",
-                "method": m,
-                "seed": s,
-                "step": step,
-                "tokens": per * step,
-                "ave": step / 10,
-            }
-            for m, per in (("grpo-n4", 100.0), ("pods-16-4", 400.0))
-            for s in range(3)
-            for step in range(10, 101, 10)
-        ]
-    )
+    gen = _gen_docs()
+    by_seed = _by_seed({"grpo-n4": [10.0, 11.0, 12.0], "pods-16-4": [12.0, 13.5, 14.0]})
+    linear = [float(v) for v in range(1, 11)]
+    points = _points({"grpo-n4": (100.0, linear), "pods-16-4": (400.0, linear)})
     lines = []
     for method in ("pods-16-4", "greso"):
         claim = next(c for c in bench.CLAIMS if c.method == method)

@@ -36,16 +36,15 @@ CHECKPOINT_WHAT = "weighted Ave@k of evaluated checkpoints"
 def accuracy_by_tokens(eval_df: pd.DataFrame, training_df: pd.DataFrame) -> pd.DataFrame:
     """One row per trained run x evaluated checkpoint: RUN_KEYS, step, tokens (generated up to and including
     that step) and ave (the weighted average, percent). Runs that logged no tokens are left out."""
-    columns = COLUMNS
     if training_df is None or GENERATED_CUMULATIVE not in training_df.columns:
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=COLUMNS)
     tokens = training_df[["run", "step", GENERATED_CUMULATIVE]].dropna()
     rows = eval_df[(eval_df["benchmark"] == WEIGHTED_AVERAGE) & (eval_df["checkpoint_step"] > 0)]
     if "origin" in rows.columns:  # base models and released checkpoints have no training run
         rows = rows[rows["origin"].isna() | (rows["origin"] == "run")]
     merged = rows.merge(tokens, left_on=["run", "checkpoint_step"], right_on=["run", "step"], how="inner")
     out = merged.assign(tokens=merged[GENERATED_CUMULATIVE], ave=100.0 * merged["ave_at_k"])
-    return out[columns].sort_values(["run", "step"], kind="stable").reset_index(drop=True)
+    return out[COLUMNS].sort_values(["run", "step"], kind="stable").reset_index(drop=True)
 
 
 def heldout_by_tokens(training_df: pd.DataFrame | None) -> pd.DataFrame:

@@ -70,7 +70,7 @@ def read_attempt(file: str | os.PathLike[str]) -> tuple[list[tuple[int, dict]], 
 
 
 def _read_attempt(file: Path) -> tuple[list[tuple[int, dict]], int, int, dict[int, dict]]:
-    """`read_attempt`, and the sampler lines of steps verl did not log in this attempt, by step."""
+    """`read_attempt`, and this attempt's sampler lines by step (empty without a sampler file)."""
     records, lines, corrupt = _read_lines(file)
     side = sampler_file(file)
     if not side.is_file():
@@ -79,10 +79,8 @@ def _read_attempt(file: Path) -> tuple[list[tuple[int, dict]], int, int, dict[in
     by_step: dict[int, dict] = {}
     for step, data in extra:
         by_step.setdefault(step, {}).update(data)
-    logged = {step for step, _ in records}
     merged = [(step, {**by_step[step], **data}) if step in by_step else (step, data) for step, data in records]
-    orphans = {step: data for step, data in by_step.items() if step not in logged}
-    return merged, lines + side_lines, corrupt + side_corrupt, orphans
+    return merged, lines + side_lines, corrupt + side_corrupt, by_step
 
 
 def read_attempts(files: list[Path]) -> list[tuple[list[tuple[int, dict]], int, int]]:
@@ -96,21 +94,16 @@ def read_attempts(files: list[Path]) -> list[tuple[list[tuple[int, dict]], int, 
     """
     out, pending = [], {}
     for file in files:
-        records, lines, corrupt, orphans = _read_attempt(Path(file))
-        own = set(_sampler_steps(Path(file)))
+        records, lines, corrupt, own = _read_attempt(Path(file))
         carried = []
         for step, data in records:
             if step in pending and step not in own:
                 data = {**pending.pop(step), **data}
             carried.append((step, data))
-        pending.update(orphans)
+        logged = {step for step, _ in records}
+        pending.update({step: data for step, data in own.items() if step not in logged})
         out.append((carried, lines, corrupt))
     return out
-
-
-def _sampler_steps(file: Path) -> list[int]:
-    side = sampler_file(file)
-    return [step for step, _ in _read_lines(side)[0]] if side.is_file() else []
 
 
 def repair_tail(file: Path) -> dict | None:

@@ -231,7 +231,6 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
         self._keep_steps = 2 if not self.asynchronous else None if threshold is None else max(2, int(threshold))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._batches: list[list[float]] = []  # async: [start, end] wall times of each submitted batch
-        self._log_step = 0  # async: the step the last submitted batch's sampler metrics are logged under
         self._log_next = 1  # async: the first step no submitted batch covers yet
         if self.asynchronous and self.config.trainer.resume_mode != "disable":
             trainer = self.config.trainer
@@ -261,11 +260,11 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
         # so the next one is step 3's: a submission covers len(rows) / train_batch_size steps. Its metrics are
         # logged once, at its first step (a step it covers after the first has no sampler line of its own).
         per_step = int(self.config.data.get("train_batch_size") or len(rows) or 1)
-        self._log_step = max(rows_step, self._log_next)
-        self._log_next = self._log_step + max(1, len(rows) // per_step)
+        log_step = max(rows_step, self._log_next)
+        self._log_next = log_step + max(1, len(rows) // per_step)
         self._batches.append([time.monotonic(), float("nan")])
         future = asyncio.run_coroutine_threadsafe(
-            self._generate_adaptive(prompts, log_step=self._log_step, batch=len(self._batches) - 1), self._loop
+            self._generate_adaptive(prompts, log_step=log_step, batch=len(self._batches) - 1), self._loop
         )
         future.add_done_callback(_log_failure)
 
@@ -342,7 +341,7 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
     ) -> None:
         """Log the step's sampler metrics with its tokens (`counts`: each prompt's `ada_count`). Called before the
         batch's prompts are published: once they are, verl may train the batch and, at the last step, end the
-        process before this thread logs (the async suite lost a step's sampler line that way)."""
+        process before this thread would log."""
         counts = [c or {} for c in counts]
         metrics = {
             **metrics,
