@@ -10,6 +10,11 @@ everywhere; each output is hashed whole.
     .venv/bin/python benchmarks/arithmetic_fingerprint.py                      # print this CPU's hashes
     .venv/bin/python benchmarks/arithmetic_fingerprint.py --out results/arithmetic/NAME.json
     .venv/bin/python benchmarks/arithmetic_fingerprint.py --compare results/arithmetic/*.json
+
+Another vendor's CPU, emulated (Debian's qemu-user; CPUID answers as an AMD EPYC, the approximate instructions
+are computed qemu's way; about 40 s):
+
+    qemu-x86_64 -cpu EPYC-v3 .venv/bin/python benchmarks/arithmetic_fingerprint.py --cpu "qemu EPYC-v3" --out F
 """
 
 from __future__ import annotations
@@ -44,14 +49,16 @@ def primitives() -> dict[str, Callable[[], object]]:
     import torch
     import torch.nn.functional as F
 
+    from repro.local.adamw import AdamW
+
     a, b = _inputs(1, 256, 300), _inputs(2, 300, 200)
     x, w = _inputs(3, 64, 128), _inputs(4, 512, 128)
     bias = _inputs(5, 512)
     logits, target = _inputs(6, 32, 97) * 8, torch.arange(32) % 97
 
-    def adamw():
+    def adamw(optimizer=torch.optim.AdamW):
         p = torch.nn.Parameter(_inputs(7, 128, 128))
-        opt = torch.optim.AdamW([p], lr=1e-3, weight_decay=0.01)
+        opt = optimizer([p], lr=1e-3, weight_decay=0.01)
         for k in range(3):
             p.grad = _inputs(8 + k, 128, 128)
             opt.step()
@@ -66,6 +73,17 @@ def primitives() -> dict[str, Callable[[], object]]:
         xx, ww = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
         (F.linear(xx, ww, bias) ** 2).sum().backward()
         return torch.cat([xx.grad.flatten(), ww.grad.flatten()])
+
+    def clip_grad_norm():
+        params = [torch.nn.Parameter(_inputs(30 + i, 64, 64)) for i in range(3)]
+        for k, q in enumerate(params):
+            q.grad = _inputs(40 + k, 64, 64)
+        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        return torch.cat([norm.reshape(1)] + [q.grad.flatten() for q in params])
+
+    def multinomial():
+        g = torch.Generator().manual_seed(0)
+        return torch.multinomial(torch.softmax(logits, -1), 8, replacement=True, generator=g).float()
 
     def attention():
         q, k, v = (_inputs(20 + i, 4, 2, 48, 32) for i in range(3))
@@ -91,6 +109,17 @@ def primitives() -> dict[str, Callable[[], object]]:
         "cross_entropy backward": ce_backward,
         "scaled_dot_product_attention": attention,
         "adamw x3": adamw,
+        "adamw x3 (repro.local.adamw)": lambda: adamw(AdamW),
+        "sqrt": lambda: torch.sqrt(a.abs()),
+        "rsqrt": lambda: torch.rsqrt(a.abs() + 1e-3),
+        "rms_norm": lambda: F.rms_norm(a, (300,), eps=1e-6),
+        "vector_norm": lambda: torch.linalg.vector_norm(a),
+        "clip_grad_norm_": clip_grad_norm,
+        "silu": lambda: F.silu(a),
+        "sin, cos": lambda: torch.cat([torch.sin(a * 50), torch.cos(a * 50)]),
+        "pow": lambda: 10000.0 ** (torch.arange(0, 64, 2, dtype=torch.float32) / 64),
+        "std (dim 1)": lambda: a.std(1),
+        "multinomial": multinomial,
     }
 
 
@@ -119,10 +148,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write this CPU's fingerprint as JSON")
     parser.add_argument("--compare", type=Path, nargs="+", help="fingerprint files to compare")
+    parser.add_argument("--cpu", help="the CPU to record (under qemu-user /proc/cpuinfo still names the host's)")
     args = parser.parse_args(argv)
     if args.compare:
         return compare(args.compare)
     found = fingerprint()
+    if args.cpu:
+        found["arithmetic"]["cpu"] = args.cpu
     for name, digest in found["hashes"].items():
         print(f"{digest}  {name}")
     print(f"on {found['arithmetic']['cpu']} ({found['arithmetic']['torch_capability']}, torch {found['torch']})")

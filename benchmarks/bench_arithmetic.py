@@ -8,6 +8,8 @@ its final checkpoint. Variants:
 - native, 1 thread: REPRO_NATIVE_ARITHMETIC=1 with OMP_NUM_THREADS=1 (this CPU's own kernels, same threads);
 - native, default threads: REPRO_NATIVE_ARITHMETIC=1 as a standalone run would use the machine (2 threads).
 The ratios are what to quote: the machine is shared and absolute times drift between runs.
+Then the replaced kernel alone: one AdamW step of torch.optim.AdamW and of repro.local.adamw (its square root in
+float64) on the tiny model's and on SmolLM2-135M's parameter count, in this process (pinned).
 
     python benchmarks/bench_arithmetic.py [--steps 10] [--batch 8] [--repeats 1]
 """
@@ -43,6 +45,38 @@ def _cli(args: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "repro.cli", *args], env=env, check=True, capture_output=True)
     return time.perf_counter() - start
+
+
+def _adamw_seconds(optimizer_cls, sizes: list[int], steps: int = 5) -> float:
+    """Best of `steps` optimizer steps over parameters of `sizes` elements (gradients fixed)."""
+    import torch
+
+    params = [torch.nn.Parameter(torch.randn(n)) for n in sizes]
+    for p in params:
+        p.grad = torch.randn(p.numel()) / p.numel() ** 0.5
+    opt = optimizer_cls(params, lr=1e-3, weight_decay=0.01)
+    best = float("inf")
+    for _ in range(steps):
+        start = time.perf_counter()
+        opt.step()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def optimizer_cost() -> None:
+    import torch
+
+    from repro.local.adamw import AdamW
+
+    torch.set_num_threads(arithmetic.threads(1))
+    shapes = {  # parameter tensors by size: the tiny model (~0.1M) and SmolLM2-135M (embedding + 30 layers)
+        "tiny-arith (0.1M)": [32 * 64] + [64 * 64] * 8 + [64 * 128] * 6,
+        "SmolLM2-135M": [49152 * 576] + [576 * 576 * 2 + 576 * 192 * 2 + 576 * 1536 * 3] * 30,
+    }
+    print(f"{'AdamW step':<22} {'torch s':>9} {'repro s':>9} {'repro vs torch':>15}")
+    for name, sizes in shapes.items():
+        theirs, ours = _adamw_seconds(torch.optim.AdamW, sizes), _adamw_seconds(AdamW, sizes)
+        print(f"{name:<22} {theirs:9.4f} {ours:9.4f} {ours / theirs:14.2f}x")
 
 
 def main() -> None:
@@ -86,6 +120,7 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
         if not given:
             shutil.rmtree(home, ignore_errors=True)
+    optimizer_cost()
 
 
 if __name__ == "__main__":

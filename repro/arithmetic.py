@@ -11,6 +11,10 @@ inherits the variables, except verl's trainer, which gets the user's own environ
 pin would only slow a GPU cell, and vLLM's CPU kernels pick their ISA from the hardware, so a CPU rehearsal's
 rollouts cannot be pinned.
 
+One kernel no variable pins: torch's float32 sqrt under AVX2 refines the CPU's approximate reciprocal square
+root, whose bits differ by vendor. The project computes the one it trains with itself (repro.local.adamw), and
+the fingerprint records it (`replaced`).
+
 stdlib and PyYAML only: this module must load before anything that imports numpy.
 """
 
@@ -38,6 +42,7 @@ def _spec() -> dict[str, Any]:
     return {
         "env": {name: str(entry["value"]) for name, entry in data["env"].items()},
         "threads": int(data["threads"]),
+        "replaced": {name: str(entry["value"]) for name, entry in data["replaced"].items()},
         "opt_out_env": str(data["opt_out_env"]),
     }
 
@@ -105,9 +110,11 @@ def _version(dist: str) -> str | None:
 def fingerprint() -> dict[str, Any]:
     """What decides a CPU run's bits, machine-independent: a CPU run's config records it, so a run resumed
     under another arithmetic is refused like any other change of config."""
+    versions = {"torch": _version("torch"), "numpy": _version("numpy")}
+    replaced = {"replaced": dict(_spec()["replaced"])}  # the project's own kernels, pinned or not
     if native():
-        return {"pinned": False, "torch": _version("torch"), "numpy": _version("numpy")}
-    return {"pinned": True, "torch": _version("torch"), "numpy": _version("numpy"), **pinned_env()}
+        return {"pinned": False, **versions, **replaced}
+    return {"pinned": True, **versions, **pinned_env(), **replaced}
 
 
 def cpu_model() -> str:
@@ -144,4 +151,5 @@ def describe(record: dict[str, Any] | None = None) -> str:
         f"torch {record.get('torch')}, numpy {record.get('numpy')}, pinned: ATen {record.get('ATEN_CPU_CAPABILITY')}, "
         f"MKL_CBWR={record.get('MKL_CBWR')}, oneDNN {record.get('ONEDNN_MAX_CPU_ISA')}, numpy without AVX512, "
         f"{record.get('OMP_NUM_THREADS')} thread a process"
+        + (", AdamW's square root in float64" if record.get("replaced", {}).get("adamw_sqrt") == "float64" else "")
     )

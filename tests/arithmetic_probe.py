@@ -1,6 +1,12 @@
 """The child process of test_arithmetic.py: builds a small tiny-arith model, trains a 2-step cell and evaluates
 it, all under `repro`'s CPU arithmetic, and prints one hash of each product. Run as
-`python tests/arithmetic_probe.py HOME`, with whatever kernel variables the test sets in its environment."""
+`python tests/arithmetic_probe.py HOME`, with whatever kernel variables the test sets in its environment.
+
+`--light` shrinks every stage (a 4-step build on 16 examples, a 1-step cell of 8 prompts, 2 problems
+evaluated) for a CPU emulated by qemu-user, where the full probe takes hours (AVX2 is emulated instruction by
+instruction, ~20x slower): `qemu-x86_64 -cpu EPYC-v3 .venv/bin/python tests/arithmetic_probe.py HOME --light`
+with `.venv/bin/python` a wrapper that runs it under qemu, so the trainer and evaluation children are emulated
+too (docs/cpu-miniature.md)."""
 
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ def _metrics(path: Path) -> str:
     return _digest("\n".join(lines).encode())
 
 
-def main(home: Path) -> None:
+def main(home: Path, light: bool = False) -> None:
     import os
 
     import torch
@@ -42,13 +48,15 @@ def main(home: Path) -> None:
     from repro.local.model import TinyModelSpec, ensure_tiny_model
     from repro.tasks.tiny_arith import ensure_data
 
-    model = ensure_tiny_model(home=home, spec=TinyModelSpec(sft_steps=40, unboxed_share=0.0))
+    size = {"sft_steps": 4, "sft_batch": 16, "probe_problems": 8, "probe_samples": 4} if light else {"sft_steps": 40}
+    model = ensure_tiny_model(home=home, spec=TinyModelSpec(unboxed_share=0.0, **size))
     ensure_data(0, home=home)
     runs = home / "runs"
-    assert cli(["run", "--model", "tiny-arith", "--method", "seq-balance", "--steps", "2", "--batch", "8",
+    steps, problems = ("1", "2") if light else ("2", "6")
+    assert cli(["run", "--model", "tiny-arith", "--method", "seq-balance", "--steps", steps, "--batch", "8",
                 "--runs-root", str(runs)]) == 0  # fmt: skip
     run = runs / "tiny-arith__seq-balance__standard__s0"
-    assert cli(["eval", str(run), "--benchmarks", "tiny-math500", "--first-problems", "6", "--k", "2",
+    assert cli(["eval", str(run), "--benchmarks", "tiny-math500", "--first-problems", problems, "--k", "2",
                 "--pass-k", "1"]) == 0  # fmt: skip
     final = sorted((run / "checkpoints").glob("global_step_*"))[-1]
     records = sorted((run / "eval").glob("*/tiny-math500.jsonl"))[-1]
@@ -64,4 +72,4 @@ def main(home: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), light="--light" in sys.argv[2:])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,9 @@ from repro import arithmetic
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "tests" / "arithmetic_probe.py"
+FINGERPRINT = ROOT / "benchmarks" / "arithmetic_fingerprint.py"
+EMULATED_CPU = "EPYC-v3"  # qemu's AMD EPYC (Zen): CPUID says AuthenticAMD, AVX2 and FMA
+TORCH_SQRT = {"sqrt", "adamw x3"}  # torch's float32 sqrt and torch.optim.AdamW, which takes its root with it
 
 
 def _clean_env() -> dict[str, str]:
@@ -68,6 +72,34 @@ def test_the_model_build_a_cell_and_its_evaluation_are_bit_identical_whatever_ke
     assert native["capability"] == "AVX512" and native["model"] != first["model"]
     assert native["checkpoint"] != first["checkpoint"] and native["metrics"] != first["metrics"]
     assert native["stderr"].count("will not be comparable") == 1  # one line, though the probe runs repro twice
+
+
+@pytest.mark.heavy
+def test_an_emulated_amd_epyc_computes_every_kernel_the_project_uses_bit_for_bit(tmp_path) -> None:
+    """The CPU-vendor half of the arithmetic, which no variable pins: qemu-x86_64 answers CPUID as an AMD
+    EPYC (MKL and oneDNN take their non-Intel branches, sized by its caches) and computes the approximate
+    instructions (RSQRTPS, RCPPS) its own way, as every vendor does. Every primitive of the fingerprint must
+    give this CPU's bits there, except torch's float32 sqrt and the AdamW built on it, which the project
+    replaces (repro.local.adamw): that pair differing is the control that shows the emulation computes
+    other bits where the hardware chooses. (TCG emulates no AVX512; the pin keeps every kernel below it.)"""
+    qemu = shutil.which("qemu-x86_64")
+    assert qemu, "qemu-x86_64 is missing: run `bash scripts/setup-debian.sh` (Debian's qemu-user)"
+
+    def hashes(prefix: list[str], out: Path) -> dict[str, str]:
+        subprocess.run(
+            [*prefix, sys.executable, str(FINGERPRINT), "--out", str(out)],
+            env=_clean_env(),
+            check=True,
+            capture_output=True,
+            timeout=600,
+            cwd=ROOT,
+        )
+        return json.loads(out.read_text())["hashes"]
+
+    here = hashes([], tmp_path / "here.json")
+    epyc = hashes([qemu, "-cpu", EMULATED_CPU], tmp_path / "epyc.json")
+    assert here.keys() == epyc.keys() and len(here) == 30
+    assert {name for name in here if here[name] != epyc[name]} == TORCH_SQRT
 
 
 def _pinned_environ(**variables: str) -> dict[str, str]:

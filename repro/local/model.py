@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from repro.local.adamw import AdamW
 from repro.local.generate import make_batch, response_logprobs, sample
 from repro.local.tokenizer import build_tokenizer
 from repro.paths import repro_home
@@ -36,7 +37,7 @@ from repro.tasks.tiny_arith import LEVELS, Problem, build, make_problem
 
 # 4: the v3 model built under repro.arithmetic's pinned kernels (issue 35): a v3 folder holds whatever bits its
 # machine's kernels gave, so it is rebuilt rather than reused
-MODEL_VERSION = 4
+MODEL_VERSION = 5  # 5: AdamW with a correctly rounded sqrt (repro.local.adamw): v4 folders hold a CPU vendor's bits
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class TinyModelSpec:
     sft_lr: float = 1e-2
     max_new_tokens: int = 12
     unboxed_share: float = 0.5
+    probe_problems: int = 200  # the pass-rate probe recorded in repro_build.json (train problems x samples)
+    probe_samples: int = 16
 
     def key(self) -> str:
         return f"tiny-arith-v{MODEL_VERSION}-s{self.seed}"
@@ -114,7 +117,7 @@ def warm_start(model, tokenizer, spec: TinyModelSpec, on_step: Callable[[int, fl
     tokens only), deterministic from the seed. Stopping after `sft_steps` is what leaves hard levels unsolved."""
     rng = np.random.default_rng([spec.seed, 1])
     levels = list(LEVELS)
-    optim = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, weight_decay=0.0)
+    optim = AdamW(model.parameters(), lr=spec.sft_lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: min(1.0, (s + 1) / 50))
     model.train()
     for step in range(spec.sft_steps):
@@ -197,8 +200,10 @@ def ensure_tiny_model(
         spec,
         on_step=(lambda s, _loss: progress("warm-start", s + 1, spec.sft_steps)) if progress else None,
     )
-    probe = data.train[:200]
-    rates = pass_rates(model, tokenizer, probe, samples=16, seed=spec.seed, max_new_tokens=spec.max_new_tokens)
+    probe = data.train[: spec.probe_problems]
+    rates = pass_rates(
+        model, tokenizer, probe, samples=spec.probe_samples, seed=spec.seed, max_new_tokens=spec.max_new_tokens
+    )
     staging = folder.parent / f".{folder.name}.{os.getpid()}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     model.save_pretrained(staging)
@@ -206,7 +211,7 @@ def ensure_tiny_model(
     report = {
         "spec": asdict(spec),
         "build_seconds": round(time.perf_counter() - started, 1),
-        "pass_rate_probe": {"problems": len(probe), "samples": 16, **spread_summary(rates)},
+        "pass_rate_probe": {"problems": len(probe), "samples": spec.probe_samples, **spread_summary(rates)},
         "histogram": np.histogram(rates, bins=np.linspace(0, 1, 9))[0].tolist(),
         "parameters": sum(p.numel() for p in model.parameters()),
     }

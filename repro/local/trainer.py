@@ -38,6 +38,7 @@ import torch
 from repro import arithmetic
 from repro.launch.allocations import discard_request, stop_request
 from repro.launch.attempt import THREADS_ENV
+from repro.local.adamw import AdamW
 from repro.local.config import RunConfig
 from repro.local.generate import make_batch, response_logprobs, sample
 from repro.local.heldout import HeldoutEval, heldout_problems, is_eval_step
@@ -204,9 +205,7 @@ class CpuTrainer:
         self.loader = EpochLoader(len(self.prompts), config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.estimator: Memory | None = estimator_for(self.spec)  # Est's estimator, or another method's state
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=self.train.lr, weight_decay=self.train.weight_decay
-        )
+        self.optimizer = AdamW(self.model.parameters(), lr=self.train.lr, weight_decay=self.train.weight_decay)
         warm = max(1, self.train.lr_warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / warm))
         self.ppo = PPOSettings(
@@ -266,9 +265,7 @@ class CpuTrainer:
         step, folder = latest
         self.model = AutoModelForCausalLM.from_pretrained(folder / "model", dtype=torch.float32)
         self.model.eval()
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=self.train.lr, weight_decay=self.train.weight_decay
-        )
+        self.optimizer = AdamW(self.model.parameters(), lr=self.train.lr, weight_decay=self.train.weight_decay)
         warm = max(1, self.train.lr_warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / warm))
         state = torch.load(folder / "trainer_state.pt", weights_only=False)
