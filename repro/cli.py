@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from repro import arithmetic
@@ -47,8 +48,18 @@ app.add_typer(simulate.app, name="simulate")
 app.command("smoke")(smoke.smoke)
 
 
+def _quiet_verl_platform_probe() -> None:
+    """verl's platform module warns, when a command imports verl, that this process has no accelerator ("No
+    supported accelerator detected", "Platform 'nvidia' ... is registered but not available"): true of every
+    command process, which only composes and checks configs, and printed before the command's own output or
+    its one `error:` line. The filter outlives verl's own setLevel on import; the processes that train (the
+    attempt's child, Ray's workers) are other interpreters and keep verl's warnings."""
+    logging.getLogger("verl.plugin.platform.platform_manager").addFilter(lambda r: r.levelno > logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; user errors become one line on stderr and exit code 2, never a traceback."""
+    _quiet_verl_platform_probe()
     try:
         result = app(args=argv, prog_name="repro", standalone_mode=False)
     except ReproError as exc:

@@ -4,9 +4,9 @@ it, all under `repro`'s CPU arithmetic, and prints one hash of each product. Run
 
 `--light` shrinks every stage (a 4-step build on 16 examples, a 1-step cell of 8 prompts, 2 problems
 evaluated) for a CPU emulated by qemu-user, where the full probe takes hours (AVX2 is emulated instruction by
-instruction, ~20x slower): `qemu-x86_64 -cpu EPYC-v3 .venv/bin/python tests/arithmetic_probe.py HOME --light`
-with `.venv/bin/python` a wrapper that runs it under qemu, so the trainer and evaluation children are emulated
-too (docs/cpu-miniature.md)."""
+instruction, ~20x slower): `bash benchmarks/emulated_python.sh EPYC-v3 DIR`, then
+`DIR/bin/python tests/arithmetic_probe.py HOME --light`, whose trainer and evaluation children are emulated too
+(docs/cpu-miniature.md)."""
 
 from __future__ import annotations
 

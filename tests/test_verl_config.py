@@ -184,6 +184,22 @@ def test_released_preset_and_resources() -> None:
     assert "wandb" in compose(build_overrides(cell(wandb=True))).trainer.logger
 
 
+def test_a_bad_set_key_is_one_error_line_without_verls_accelerator_warnings(tmp_path) -> None:
+    """Importing verl in a command process (no accelerator there) logs two platform warnings; the user sees
+    only the project's one line naming the key and verl's fix, and nothing is created."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "repro.cli", "run", "--model", "tiny-arith", "--method", "seq-balance", "--engine",
+         "verl", "--set", "trainer.bogus_key=1", "--runs-root", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "error: verl rejected the config: Could not override 'trainer.bogus_key'. To append to your config use "
+        "+trainer.bogus_key=1"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_overrides_replace_and_unknown_keys_are_errors() -> None:
     cfg = compose(build_overrides(cell(overrides={"trainer.save_freq": 25, "actor_rollout_ref.rollout.n": 4})))
     assert cfg.trainer.save_freq == 25
