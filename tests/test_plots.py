@@ -184,8 +184,8 @@ def test_reward_entropy_frontier(results):
     colours = {line.get_label(): to_hex(line.get_color()) for line in lines}
     assert colours == {line.get_label(): to_hex(line.get_color()) for line in _data_lines(_axes(curve)[0])}
     bar_ax = _axes(bars)[0]
-    ticks = [t.get_text() for t in bar_ax.get_xticklabels()]
-    (measured,) = bar_ax.containers
+    ticks = [t.get_text() for t in bar_ax.get_xticklabels() if t.get_text() in colours]  # the paper's too
+    measured = next(c for c in bar_ax.containers if c.get_label() == plots.MEASURED_LABEL)
     assert {m: to_hex(p.get_facecolor()) for m, p in zip(ticks, measured.patches, strict=True)} == colours
 
 
@@ -353,14 +353,21 @@ def test_step_time_bars_are_means_without_step_one(results):
     fig, missing = plots.step_time(training)
     _assert_labelled(fig)
     (ax,) = _axes(fig)
-    assert [t.get_text() for t in ax.get_xticklabels()] == TINY_METHODS
-    (measured,) = ax.containers  # tiny-arith is not in the paper's Table 2: no paper bars
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["grpo-n4", "seq-pos", "seq-balance", "est"]  # + Table 2's
+    measured, stand_in = ax.containers  # tiny-arith is not in Table 2: the paper's 1.5B stands beside it
     assert measured.get_label() == plots.MEASURED_LABEL
+    assert stand_in.get_label() == "paper Table 2, qwen2.5-math-1.5b (8xH100)"
     expected = training[training["step"] != 1].groupby("method")["timing_s/step"].mean()
-    heights = [p.get_height() for p in measured.patches]
-    np.testing.assert_allclose(heights, [expected[m] for m in TINY_METHODS])
+    ratios = [expected[m] / expected["grpo-n4"] for m in TINY_METHODS]
+    np.testing.assert_allclose([p.get_height() for p in measured.patches], ratios)
+    table2 = {"grpo-n4": 1.0, "seq-pos": 2.2, "seq-balance": 2.8, "est": 1.3}  # its relative_to_grpo column
+    assert [p.get_height() for p in stand_in.patches] == list(table2.values())
     labels = [t.get_text() for t in ax.texts]
-    assert labels == [f"{expected[m] / expected['grpo-n4']:.2f}x" for m in TINY_METHODS]
+    assert labels[: len(ratios)] == [f"{r:.2f}x" for r in ratios]
+    assert labels[len(ratios) :] == ["", "2.2x", "2.8x", "1.3x"]  # grpo-n4's 1x would sit on the measured 1.00x
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == [plots.MEASURED_LABEL, stand_in.get_label()]
+    assert legend.get_bbox_to_anchor().y1 < ax.get_window_extent().y0  # below the panel, clear of the bars
     assert "backbone qwen2.5-math-1.5b" in " ".join(missing)
 
 
@@ -372,8 +379,8 @@ def test_step_time_puts_the_paper_table_beside():
     measured = next(c for c in ax.containers if c.get_label() == plots.MEASURED_LABEL)
     paper = next(c for c in ax.containers if c.get_label() == plots.PAPER_LABEL)
     means = training[training["step"] > 1].groupby("method")["timing_s/step"].mean()
-    np.testing.assert_allclose([p.get_height() for p in measured.patches], [means["grpo-n4"], means["seq-pos"]])
-    assert [p.get_height() for p in paper.patches] == [102, 228, 290, 128]
+    np.testing.assert_allclose([p.get_height() for p in measured.patches], [1.0, means["seq-pos"] / means["grpo-n4"]])
+    assert [p.get_height() for p in paper.patches] == [1.0, 2.2, 2.8, 1.3]  # Table 2's ratios, its own backbone
     assert all(p.get_hatch() for p in paper.patches)
     assert f"{means['seq-pos'] / means['grpo-n4']:.2f}x" in [t.get_text() for t in ax.texts]
     assert "qwen2.5-math-1.5b: no training runs of est" in missing

@@ -187,8 +187,9 @@ def step_time_cmd(
     out: OutOpt = None,
     paper: Annotated[bool, typer.Option("--paper/--no-paper", help="Show the paper's Table 2 bars beside.")] = True,
 ) -> None:
-    """Mean wall-clock seconds per step per method (step 1 excluded), labelled with the cost relative to
-    grpo-n4; the paper's Table 2 (8xH100) as hatched bars beside.
+    """Each method's mean wall-clock seconds per step (step 1 excluded) relative to grpo-n4's, with the
+    paper's Table 2 ratios (8xH100) as hatched bars beside: its own backbone's, or Qwen2.5-Math-1.5B's for a
+    backbone Table 2 does not time (the CPU miniature).
 
     Examples:
 
