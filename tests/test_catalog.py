@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from repro import catalog
-from repro.catalog import CatalogError, _parse_backbones, _parse_methods, _setting
+from repro.catalog import CatalogError
+from repro.catalog.readers import _parse_backbones, _parse_methods, _setting
 from repro.cli import main
 from repro.errors import ReproError
 

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from repro import catalog
-from repro.catalog import CatalogError, _parse_prompt_templates
+from repro.catalog import CatalogError
+from repro.catalog.readers import _parse_prompt_templates
 from repro.cell_config import build_cpu_config, verl_run
 from repro.data.filter import candidates_from_rows
 from repro.local.weights import built_folder

@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 
 from repro import catalog
-from repro.catalog import CatalogError, _parse_checkpoints
+from repro.catalog import CatalogError
+from repro.catalog.readers import _parse_checkpoints
 from repro.cli import main
 from repro.errors import ReproError
 from repro.evaluation.runner import MODEL_EVAL_MARKER, read_records, targets

@@ -18,7 +18,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from repro import catalog
-from repro.catalog import CatalogError, _parse_released_scripts
+from repro.catalog import CatalogError
+from repro.catalog.readers import _parse_released_scripts
 from repro.cli import main
 from repro.verl_plugin.config_builder import (
     VerlCell,
