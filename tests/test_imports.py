@@ -13,19 +13,47 @@ those packages before the module, so the edge fixes no order, and counting it wo
 whose __init__ re-exports its modules (repro.sampling) a circle. Taking a name that the package's own
 __init__ defines or re-exports (`from repro.sampling import StepResult` inside a module of
 repro.sampling) reads a half-run __init__, so that does count.
+
+Imports flow downward (issue 37): every module belongs to one layer of docs/architecture.md's "Layers" block,
+read from there so the page and the check cannot disagree, and imports only its own layer and the ones
+below. The upward imports that exist today are listed one by one in KNOWN_UPWARD, a ratchet: a new one
+fails, and so does a listed one that is gone, until its line is deleted.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "repro"
 CLI_PACKAGE = "repro.commands"
 CLI_MODULES = ("repro.commands", "repro.cli")  # the command line: the only modules that may import it
+ARCHITECTURE = PACKAGE_DIR.parent / "docs" / "architecture.md"  # its "Layers" block orders the modules
+LAYERS_HEADING = "### Layers"
+
+# The imports that run back up a layer today, (source, target) as upward_imports names them: debt, to be removed
+# (the first group by the change that gives the launchers a resolved cell object), never added to; a new upward
+# import moves the shared piece down a layer instead.
+KNOWN_UPWARD = (
+    # the launchers compose, check and size a cell themselves, from cell_config, node_check and the verl plugin
+    ("repro.launch.attempt", "repro.verl_plugin.retention"),
+    ("repro.launch.attempt", "repro.stack_check"),
+    ("repro.launch.plan", "repro.cell_config"),
+    ("repro.launch.plan", "repro.verl_plugin.preflight"),
+    ("repro.launch.ray_jobs", "repro.node_check"),
+    ("repro.launch.slurm", "repro.node_check"),
+    ("repro.launch.submit", "repro.cell_config"),
+    # evaluation's tiny-model backend and weights reach into the CPU engine (repro.local)
+    ("repro.evaluation.generation", "repro.local.generate"),
+    ("repro.evaluation.generation", "repro.local.model"),
+    ("repro.evaluation.runner", "repro.local.weights"),
+)
 
 
 @dataclass(frozen=True)
@@ -184,6 +212,87 @@ def circles(package_dir: Path) -> list[str]:
     return found
 
 
+# ------------------------------------------------------------------------------------------- the layers
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One line of the layers block: its number (1 at the bottom), its name, and its files and folders (`x/`)."""
+
+    number: int
+    name: str
+    patterns: tuple[str, ...]
+
+
+def read_layers(markdown: str) -> list[Layer]:
+    """The first fenced block after the `### Layers` heading, bottom layer first: one `layer N NAME: PATTERNS`
+    line per layer, an indented line going on with the patterns of the line before; anything else is an error."""
+    lines = markdown.splitlines()
+    opening = next(i for i in range(lines.index(LAYERS_HEADING), len(lines)) if lines[i].startswith("```"))
+    closing = next(i for i in range(opening + 1, len(lines)) if lines[i].startswith("```"))
+    rows: list[tuple[int, str, list[str]]] = []
+    for line in lines[opening + 1 : closing]:
+        head = re.fullmatch(r"layer (\d+) ([^:]+):\s+(\S.*)", line)
+        if head:
+            rows.append((int(head[1]), head[2].strip(), head[3].split()))
+        elif rows and line[:1].isspace() and line.strip():
+            rows[-1][2].extend(line.split())
+        else:
+            raise ValueError(f"not a line of the layers block: {line!r}")
+    if [number for number, _, _ in rows] != list(range(1, len(rows) + 1)):
+        raise ValueError(f"the layers are not numbered 1, 2, ... from the bottom: {[n for n, _, _ in rows]}")
+    odd = [p for _, _, patterns in rows for p in patterns if not p.endswith((".py", "/"))]
+    if odd:
+        raise ValueError(f"a layer names a file (x.py) or a folder (x/), not {odd}")
+    return [Layer(number, name, tuple(patterns)) for number, name, patterns in rows]
+
+
+def layers_of(package_dir: Path, layers: list[Layer]) -> dict[str, list[Layer]]:
+    """Module name -> the layers one of whose patterns matches its file."""
+    return {
+        module: [layer for layer in layers if any(_matches(p, path.relative_to(package_dir)) for p in layer.patterns)]
+        for module, path in modules_of(package_dir).items()
+    }
+
+
+def _matches(pattern: str, file: Path) -> bool:
+    """A pattern `x.py` is that file of the package, `x/` every file under that folder."""
+    name = file.as_posix()
+    return name.startswith(pattern) if pattern.endswith("/") else name == pattern
+
+
+def layer_of_each(package_dir: Path, layers: list[Layer]) -> dict[str, Layer]:
+    """Module name -> its layer; an error when a module is in none or in more than one."""
+    found = layers_of(package_dir, layers)
+    wrong = sorted(module for module, its in found.items() if len(its) != 1)
+    if wrong:
+        raise ValueError(f"modules in no layer or in more than one: {wrong}")
+    return {module: its[0] for module, its in found.items()}
+
+
+def upward_imports(package_dir: Path, layers: list[Layer]) -> list[Edge]:
+    """Every import of a module of a higher layer; an enclosing package is left out where the same line reaches
+    one of its modules higher up (`from a.b import c` runs up to a.b.c, and a.b comes with it)."""
+    layer = layer_of_each(package_dir, layers)
+    up = [e for e in import_edges(package_dir) if layer[e.target].number > layer[e.source].number]
+    return [
+        e
+        for e in up
+        if not any(o.source == e.source and o.line == e.line and o.target.startswith(f"{e.target}.") for o in up)
+    ]
+
+
+def upward_lines(package_dir: Path, layers: list[Layer], edges: list[Edge]) -> list[str]:
+    """One line per upward import: `repro/x.py:12: repro.x (layer 1 utilities) imports repro.y (layer 7 report)`."""
+    layer, files = layer_of_each(package_dir, layers), modules_of(package_dir)
+    return [
+        f"{files[e.source].relative_to(package_dir.parent).as_posix()}:{e.line}: "
+        f"{e.source} (layer {layer[e.source].number} {layer[e.source].name}) "
+        f"imports {e.target} (layer {layer[e.target].number} {layer[e.target].name})"
+        for e in edges
+    ]
+
+
 # ------------------------------------------------------------------------------------------- repro
 
 
@@ -202,6 +311,45 @@ def test_library_code_does_not_import_the_cli() -> None:
         if not is_cli(e.source) and (e.target == CLI_PACKAGE or e.target.startswith(f"{CLI_PACKAGE}."))
     ]
     assert not wrong, "library modules import the command line:\n" + "\n".join(wrong)
+
+
+def _repro_layers() -> list[Layer]:
+    return read_layers(ARCHITECTURE.read_text(encoding="utf-8"))
+
+
+def test_every_module_of_repro_is_in_exactly_one_layer() -> None:
+    """A new module is placed in docs/architecture.md's layers before it passes, and the block names no file or
+    folder that is gone."""
+    layers = _repro_layers()
+    found = layers_of(PACKAGE_DIR, layers)
+    wrong = [f"{module}: {[layer.number for layer in its]}" for module, its in found.items() if len(its) != 1]
+    assert not wrong, "modules in no layer or in more than one (docs/architecture.md, Layers):\n" + "\n".join(wrong)
+    files = [path.relative_to(PACKAGE_DIR) for path in modules_of(PACKAGE_DIR).values()]
+    stale = [
+        f"layer {layer.number}: {p}"
+        for layer in layers
+        for p in layer.patterns
+        if not any(_matches(p, f) for f in files)
+    ]
+    assert not stale, "the layers name files or folders that repro/ does not have:\n" + "\n".join(stale)
+
+
+def test_imports_in_repro_flow_downward() -> None:
+    layers = _repro_layers()
+    edges = [e for e in upward_imports(PACKAGE_DIR, layers) if (e.source, e.target) not in KNOWN_UPWARD]
+    new = upward_lines(PACKAGE_DIR, layers, edges)
+    assert not new, (
+        "imports that run back up a layer (move the shared piece down a layer; docs/architecture.md, Layers):\n"
+        + "\n".join(new)
+    )
+
+
+def test_every_known_upward_import_still_runs_up() -> None:
+    """The list of known upward imports only shrinks: one that was removed (or no longer runs up) leaves it."""
+    found = {(e.source, e.target) for e in upward_imports(PACKAGE_DIR, _repro_layers())}
+    gone = [f"{source} -> {target}" for source, target in KNOWN_UPWARD if (source, target) not in found]
+    assert not gone, "no longer upward imports; delete them from KNOWN_UPWARD:\n" + "\n".join(gone)
+    assert len(set(KNOWN_UPWARD)) == len(KNOWN_UPWARD)
 
 
 def test_the_cli_package_holds_the_commands() -> None:
@@ -304,3 +452,63 @@ def test_the_checker_counts_enclosing_packages(tmp_path) -> None:
         },
     )
     assert len(circles(half_run)) == 1 and "['pkg.core', 'pkg.core.step']" in circles(half_run)[0]
+
+
+LAYERS_PAGE = """\
+# A page
+
+### Layers
+
+```text
+layer 1 low:   __init__.py
+               low.py
+layer 2 high:  high/
+```
+"""
+
+
+def test_the_layers_block_is_read_from_its_heading_bottom_first() -> None:
+    assert read_layers(LAYERS_PAGE) == [Layer(1, "low", ("__init__.py", "low.py")), Layer(2, "high", ("high/",))]
+    for wrong, says in (
+        ("layer 4 top:  top.py", "not numbered"),
+        ("layer 3 top:  top", "a file .x.py. or a folder"),
+        ("layers 3 top: top.py", "not a line of the layers block"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            read_layers(LAYERS_PAGE.replace("layer 2 high:  high/", f"layer 2 high:  high/\n{wrong}"))
+
+
+def test_the_layer_check_finds_an_upward_import_in_a_function_and_names_both_layers(tmp_path) -> None:
+    package = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "low.py": """\
+                import pkg
+
+
+                def late():
+                    from pkg.high.top import run  # lazy, but up a layer
+
+                    return run
+            """,
+            "high/__init__.py": "from pkg.low import late\n",  # down a layer
+            "high/top.py": "def run():\n    pass\n",
+            "high/side.py": "from pkg.high import top\n",  # its own layer
+        },
+    )
+    layers = read_layers(LAYERS_PAGE)
+    edges = upward_imports(package, layers)
+    assert edges == [Edge("pkg.low", "pkg.high.top", 5)]  # pkg.high, reached on the same line, is not listed again
+    assert upward_lines(package, layers, edges) == [
+        "pkg/low.py:5: pkg.low (layer 1 low) imports pkg.high.top (layer 2 high)"
+    ]
+
+
+def test_a_module_in_no_layer_or_in_two_has_no_layer(tmp_path) -> None:
+    package = _package(tmp_path, {"__init__.py": "", "low.py": "", "high/__init__.py": "", "odd.py": ""})
+    layers = [*read_layers(LAYERS_PAGE), Layer(3, "again", ("low.py",))]
+    found = layers_of(package, layers)
+    assert [len(found[m]) for m in ("pkg", "pkg.low", "pkg.high", "pkg.odd")] == [1, 2, 1, 0]
+    with pytest.raises(ValueError, match=r"\['pkg.low', 'pkg.odd'\]"):
+        upward_imports(package, layers)
