@@ -85,6 +85,22 @@ def primitives() -> dict[str, Callable[[], object]]:
         g = torch.Generator().manual_seed(0)
         return torch.multinomial(torch.softmax(logits, -1), 8, replacement=True, generator=g).float()
 
+    def numpy_ufuncs():  # the simulator's and the reward statistics' arithmetic: numpy's own SIMD kernels
+        import numpy as np
+
+        outs = []
+        for dtype in (np.float32, np.float64):
+            x = a.numpy().astype(dtype)
+            outs += [np.exp(x), np.log(np.abs(x) + dtype(1e-3)), np.sqrt(np.abs(x)), np.tanh(x), np.sin(x * 50)]
+        return torch.from_numpy(np.concatenate([o.astype(np.float64).ravel() for o in outs]))
+
+    def numpy_draws():  # the simulator's prompts: Beta pass rates and Binomial rewards from numpy's Generator
+        import numpy as np
+
+        rng = np.random.default_rng(0)
+        rates = rng.beta(0.4, 1.1, 4096)
+        return torch.from_numpy(np.concatenate([rates, rng.binomial(16, rates) / 16.0, rng.standard_normal(64)]))
+
     def attention():
         q, k, v = (_inputs(20 + i, 4, 2, 48, 32) for i in range(3))
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -120,6 +136,8 @@ def primitives() -> dict[str, Callable[[], object]]:
         "pow": lambda: 10000.0 ** (torch.arange(0, 64, 2, dtype=torch.float32) / 64),
         "std (dim 1)": lambda: a.std(1),
         "multinomial": multinomial,
+        "numpy ufuncs (float32, float64)": numpy_ufuncs,
+        "numpy Beta/Binomial draws": numpy_draws,
     }
 
 
