@@ -306,6 +306,11 @@ def _show(job_id: str) -> str:
     return subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
 
 
+def _steps_lasting(times: list[float], seconds: float, cap: int) -> int:
+    """Steps that take about `seconds` at the mean of the step `times`, at least 40 and at most `cap`."""
+    return int(min(cap, max(40, seconds / max(sum(times) / len(times), 1e-3))))
+
+
 def _steps_at_its_speed(run: Path, seconds: float) -> int:
     """Steps that take about `seconds` at the speed `run` trained (its steps after the first)."""
     times = [
@@ -314,7 +319,7 @@ def _steps_at_its_speed(run: Path, seconds: float) -> int:
         for line in f.read_text().splitlines()
         if json.loads(line)["step"] > 1
     ]
-    return int(min(3000, max(40, seconds / max(sum(times) / len(times), 1e-3))))
+    return _steps_lasting(times, seconds, cap=3000)
 
 
 def _steps_for(env: dict, run_dir: Path, seconds: float) -> int:
@@ -329,8 +334,7 @@ def _steps_for(env: dict, run_dir: Path, seconds: float) -> int:
         json.loads(line)["data"]["timing_s/step"]
         for line in (run_dir / "metrics" / "attempt-001.jsonl").read_text().splitlines()[2:]
     ]
-    per_step = sum(times) / len(times)
-    return int(min(600, max(40, seconds / max(per_step, 1e-3))))
+    return _steps_lasting(times, seconds, cap=600)
 
 
 def test_a_cell_longer_than_its_time_limit_continues_in_new_allocations_by_itself(slurm_env, tmp_path) -> None:
