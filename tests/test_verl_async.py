@@ -3,8 +3,8 @@ killed with SIGKILL after its step-2 checkpoint and resumed: the suite's one ver
 model (SmolLM2's, in test_smollm2_verl.py, is the sync trainer's).
 
 What it shows, read from verl's own metrics and the plugin's side files: the manager returned before the
-step's sampling was done (the next batches sampled while the trainer waited: `async/overlap_s` > 0),
-staleness reached past 0 and never passed the catalog's bound, resumed responses are counted, every step is
+step's sampling was done (batches trained on weights newer than the ones they were sampled with: verl's
+staleness reached past 0) and staleness never passed the catalog's bound, resumed responses are counted, every step is
 logged once across the kill, the resumed manager restored Est's estimator from exactly the checkpoint verl
 resumed from, and after the resume every row verl trained found its prompt's pool statistics (restored from
 the checkpoint for the prompts sampled before the kill) and was weighted as Est weighs it. Est rather than
@@ -101,16 +101,20 @@ def test_the_resumed_run_restores_the_estimator_of_the_checkpoint_verl_resumed_f
     assert [s for s in sampled if s > 2] and all(any(k.startswith("est/") for k in steps[s]) for s in sampled)
 
 
-def test_staleness_stays_within_the_bound_and_sampling_overlaps(async_run) -> None:
+def test_staleness_stays_within_the_bound_and_sampling_runs_ahead(async_run) -> None:
+    """Sampling ahead is read from verl's staleness (the warm-up's prompts are sampled on the starting
+    weights and not all trained at step 1). Whether two consecutive batches sample at once
+    (`async/overlap_s` > 0) is timing: colocate_async sleeps the server while it trains, so a batch's requests
+    an abort cut resume after the weight update and may all finish before the next submission (CI's machine:
+    0.0 at all four steps). So the overlap is only checked to be a part of its batch's sampling time."""
     bound = catalog.async_schedule()["trainer.v1.sampler.max_off_policy_threshold"].value - 1
     steps = _steps(async_run)
     stale = [steps[s][STALE] for s in sorted(steps)]
     assert max(stale) <= bound, stale
     assert max(stale) >= 1, stale  # trained on batches sampled ahead, not synchronously
-    overlap = [steps[s].get("async/overlap_s", 0.0) for s in sorted(steps)]
-    assert max(overlap) > 0, overlap
-    sampled = _sampled(_steps(async_run))
+    sampled = _sampled(steps)
     assert len(sampled) >= 2 and all(steps[s]["async/gen_s"] > 0 for s in sampled)
+    assert all(0.0 <= steps[s]["async/overlap_s"] <= steps[s]["async/gen_s"] for s in sampled), steps
 
 
 def test_resumed_responses_are_counted_where_verl_sees_trajectories_span_versions(async_run) -> None:
