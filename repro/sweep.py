@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from repro import catalog
+from repro.cell import ResolvedCell, resolve_cell
 from repro.errors import ReproError
 from repro.launch.slurm_options import SlurmOptions
 from repro.loggers import ALWAYS, parse_loggers
@@ -90,14 +91,6 @@ def _eval_spec(raw: Any, path: Path) -> EvalSpec | None:
 
 
 @dataclass(frozen=True)
-class Cell:
-    backbone: str
-    method: str
-    prompt_set: str
-    seed: int
-
-
-@dataclass(frozen=True)
 class Sweep:
     name: str
     description: str
@@ -113,8 +106,23 @@ class Sweep:
     ray: dict[str, Any] = field(default_factory=dict)  # Jobs API defaults: address, python
     eval: EvalSpec | None = None  # the evaluation stage (`eval:`), None when the sweep only trains
 
-    def cells(self) -> list[Cell]:
-        return [Cell(*combo) for combo in itertools.product(self.backbones, self.methods, self.prompt_sets, self.seeds)]
+    def cells(self) -> list[ResolvedCell]:
+        """Every cell of the grid, resolved once here (the sweep file is what the user typed): a CPU backbone
+        on the sweep's engine, a GPU backbone on verl."""
+        return [
+            resolve_cell(
+                backbone,
+                method,
+                prompt_set,
+                seed,
+                preset=self.preset,
+                engine=self.engine if catalog.get_backbone(backbone).device == "cpu" else None,
+                origin=f"sweep {self.name}",
+            )
+            for backbone, method, prompt_set, seed in itertools.product(
+                self.backbones, self.methods, self.prompt_sets, self.seeds
+            )
+        ]
 
 
 def load_sweep(path: str | Path) -> Sweep:

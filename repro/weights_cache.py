@@ -380,13 +380,12 @@ def report_lines(items: Mapping[str, tuple[str, int | None]]) -> list[str]:
 
 def plans_report_lines(plans: Iterable[Any]) -> list[str]:
     """`report_lines` for a sweep's plans: one line per GPU backbone, however many cells it has."""
-    from repro import catalog
 
     items: dict[str, tuple[str, int | None]] = {}
     for plan in plans:
-        if plan.gpu is not None and plan.cell.backbone not in items:
-            params = catalog.get_backbone(plan.cell.backbone).param_count
-            items[plan.cell.backbone] = (model_path_of(plan.gpu.overrides) or "", params)
+        if plan.gpu is not None and plan.cell.backbone.key not in items:
+            params = plan.cell.backbone.param_count
+            items[plan.cell.backbone.key] = (model_path_of(plan.gpu.overrides) or "", params)
     return report_lines(items) if items else []
 
 

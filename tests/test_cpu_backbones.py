@@ -12,6 +12,7 @@ import yaml
 from repro import catalog
 from repro.catalog import CatalogError
 from repro.catalog.readers import _parse_prompt_templates
+from repro.cell import resolve_cell
 from repro.cell_config import build_cpu_config, verl_run
 from repro.data.filter import candidates_from_rows
 from repro.local.weights import built_folder
@@ -25,11 +26,11 @@ def test_each_cpu_backbone_scales_the_papers_settings_with_reasons() -> None:
     raw = yaml.safe_load((Path(catalog.__file__).parent / "cpu_scaling.yaml").read_text())
     assert set(raw) == {k for k, b in catalog.backbones().items() if b.device == "cpu"} == {"tiny-arith", SMOL}
     for backbone, entries in raw.items():
-        train = build_cpu_config(backbone, "seq-balance", "standard", 0, None, None).train
+        train = build_cpu_config(resolve_cell(backbone, "seq-balance", "standard", 0), None, None).train
         for name, entry in entries.items():
             assert getattr(train, name) == entry["value"] and len(entry["source"]) > 20, (backbone, name)
-    tiny = build_cpu_config("tiny-arith", "grpo-n4", "standard", 0, None, None)
-    smol = build_cpu_config(SMOL, "grpo-n4", "standard", 0, None, None)
+    tiny = build_cpu_config(resolve_cell("tiny-arith", "grpo-n4", "standard", 0), None, None)
+    smol = build_cpu_config(resolve_cell(SMOL, "grpo-n4", "standard", 0), None, None)
     assert (tiny.train.max_response_length, tiny.train.lr) == (16, 3e-4)
     assert (smol.train.max_prompt_length, smol.train.max_response_length, smol.train.train_prompt_batch_size) == (
         96,
@@ -44,7 +45,7 @@ def test_each_cpu_backbone_scales_the_papers_settings_with_reasons() -> None:
 def test_verl_reads_the_same_scale_and_the_backbones_own_rows(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("REPRO_HOME", str(tmp_path / "home"))
     for backbone, lengths in (("tiny-arith", ("48", "16")), (SMOL, ("96", "64"))):
-        spec = verl_run(backbone, "seq-balance", "standard", 0, tmp_path / backbone)
+        spec = verl_run(resolve_cell(backbone, "seq-balance", "standard", 0, engine="verl"), tmp_path / backbone)
         values = dict(item.split("=", 1) for item in spec.overrides)
         assert (values["data.max_prompt_length"], values["data.max_response_length"]) == lengths
         assert values["actor_rollout_ref.rollout.max_model_len"] == str(sum(map(int, lengths)))

@@ -183,9 +183,10 @@ def test_data_filter_takes_a_released_set_by_hub_id(home, monkeypatch, tmp_path)
 
 
 def _cell(model: str, prompt_set: str, preset: str, tmp_path: Path, **files):
+    from repro.cell import resolve_cell
     from repro.cell_config import verl_run
 
-    return verl_run(model, "seq-balance", prompt_set, 0, tmp_path / "run", preset=preset, **files)
+    return verl_run(resolve_cell(model, "seq-balance", prompt_set, 0, preset=preset), tmp_path / "run", **files)
 
 
 def _value(spec, key: str) -> str:
@@ -303,8 +304,8 @@ class _RecordingScheduler:
 
 
 def test_a_released_sweep_fetches_its_hub_sets_before_it_submits(home, monkeypatch, tmp_path) -> None:
-    from repro.launch.submit import submit_sweep
     from repro.sweep import load_sweep
+    from repro.sweep_submit import submit_sweep
 
     sweep_file = tmp_path / "released.yaml"
     sweep_file.write_text(

@@ -37,18 +37,15 @@ CLI_MODULES = ("repro.commands", "repro.cli")  # the command line: the only modu
 ARCHITECTURE = PACKAGE_DIR.parent / "docs" / "architecture.md"  # its "Layers" block orders the modules
 LAYERS_HEADING = "### Layers"
 
-# The imports that run back up a layer today, (source, target) as upward_imports names them: debt, to be removed
-# (the first group by the change that gives the launchers a resolved cell object), never added to; a new upward
-# import moves the shared piece down a layer instead.
+# The imports that run back up a layer today, (source, target) as upward_imports names them: debt, never added
+# to; a new upward import moves the shared piece down a layer instead. The resolved cell (repro/cell.py) took
+# three away: cells are planned and checked above the launchers (repro/cell_plan.py, repro/sweep_submit.py).
 KNOWN_UPWARD = (
-    # the launchers compose, check and size a cell themselves, from cell_config, node_check and the verl plugin
+    # the attempt wrapper slims old verl saves and falls back from flash-attn; the job scripts run the node check
     ("repro.launch.attempt", "repro.verl_plugin.retention"),
     ("repro.launch.attempt", "repro.stack_check"),
-    ("repro.launch.plan", "repro.cell_config"),
-    ("repro.launch.plan", "repro.verl_plugin.preflight"),
     ("repro.launch.ray_jobs", "repro.node_check"),
     ("repro.launch.slurm", "repro.node_check"),
-    ("repro.launch.submit", "repro.cell_config"),
     # evaluation's tiny-model backend and weights reach into the CPU engine (repro.local)
     ("repro.evaluation.generation", "repro.local.generate"),
     ("repro.evaluation.generation", "repro.local.model"),

@@ -21,9 +21,9 @@ from repro.launch.plan import CpuOptions
 from repro.launch.ray_jobs import RayScheduler
 from repro.launch.slurm import SlurmOptions, SlurmScheduler
 from repro.launch.state import cell_state
-from repro.launch.submit import submit_sweep
 from repro.rundir import RunDir, cell_name
 from repro.sweep import load_sweep
+from repro.sweep_submit import submit_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = CpuOptions(steps=2, batch=8)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from repro.cell import resolve_cell
 from repro.cli import main
 from repro.errors import ReproError
 from repro.launch.attempt import PLACEHOLDER
@@ -78,7 +79,8 @@ def test_dry_run_writes_every_paper_cell_and_each_trainer_command_is_the_builder
         assert words[words.index("--checkpoints") + 1] == "all"
     assert not any(p.is_dir() and not p.name.startswith(".") for p in runs.iterdir())  # nothing prepared
     for cell in sweep.cells():
-        name = f"{cell.backbone}__{cell.method}__{cell.prompt_set}__s{cell.seed}"
+        backbone, prompt_set = cell.backbone.key, cell.prompt_set.key
+        name = f"{backbone}__{cell.method.key}__{prompt_set}__s{cell.seed}"
         path = folder / f"{name}.sbatch"
         text = path.read_text()
         assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0, text[:500]
@@ -92,16 +94,12 @@ def test_dry_run_writes_every_paper_cell_and_each_trainer_command_is_the_builder
         assert words[:4] == ["python", "-m", "repro.launch.attempt", str(runs / name)] and words[4] == "--"
         run_dir = runs / name
         builder = VerlCell(
-            cell.backbone,
-            cell.method,
-            cell.prompt_set,
-            cell.seed,
-            preset="paper",
-            train_file=str(home / "data" / f"{cell.backbone}-{cell.prompt_set}" / "train.parquet"),
-            val_file=str(home / "data" / f"{cell.backbone}-{cell.prompt_set}" / "val.parquet"),
+            resolve_cell(backbone, cell.method.key, prompt_set, cell.seed, preset="paper"),
+            train_file=str(home / "data" / f"{backbone}-{prompt_set}" / "train.parquet"),
+            val_file=str(home / "data" / f"{backbone}-{prompt_set}" / "val.parquet"),
             run_dir=run_dir,
             metrics_file=str(run_dir / "metrics" / PLACEHOLDER),
-            model_path=local_weights(catalog.get_backbone(cell.backbone).hf_id),  # the cached snapshot, if any
+            model_path=local_weights(catalog.get_backbone(backbone).hf_id),  # the cached snapshot, if any
             env=job_env(),  # offline nodes (repro.weights_cache)
         )
         assert words[5:] == shlex.split(shell_command(build_overrides(builder))), name

@@ -20,13 +20,13 @@ from omegaconf import OmegaConf
 from repro import catalog
 from repro.catalog import CatalogError
 from repro.catalog.readers import _parse_released_scripts
+from repro.cell import resolve_cell
 from repro.cli import main
 from repro.verl_plugin.config_builder import (
     VerlCell,
     _fmt,
     build_overrides,
     compose_and_validate,
-    released_overrides,
     released_report,
 )
 
@@ -144,11 +144,7 @@ GRPO_ROWS: list[tuple[str, Any, str]] = [
 
 def _cell(method: str, backbone: str = "qwen2.5-math-1.5b", preset: str = "released", **kw) -> VerlCell:
     return VerlCell(
-        backbone,
-        method,
-        "standard",
-        0,
-        preset=preset,
+        resolve_cell(backbone, method, "standard", 0, preset=preset, engine="verl"),
         train_file="/d/t.parquet",
         val_file="/d/v.parquet",
         run_dir=Path("/runs/x"),
@@ -200,8 +196,10 @@ def test_grpo_cell_takes_run_grpo_sh(grpo_run, key: str, value: Any, fragment: s
 
 def test_tables_cover_every_released_override() -> None:
     """No released value reaches verl without a row above (a new catalog value needs a hand-checked row)."""
-    assert {r[0] for r in SEQ_ROWS} == set(released_overrides("qwen2.5-math-1.5b", "seq-balance"))
-    grpo = released_overrides("qwen2.5-math-1.5b", "grpo-n4")
+    assert {r[0] for r in SEQ_ROWS} == set(
+        resolve_cell("qwen2.5-math-1.5b", "seq-balance", preset="released").released_settings()
+    )
+    grpo = resolve_cell("qwen2.5-math-1.5b", "grpo-n4", preset="released").released_settings()
     assert {r[0] for r in GRPO_ROWS} == set(grpo) - {"+actor_rollout_ref.model.override_config.max_position_embeddings"}
 
 
@@ -278,11 +276,12 @@ def test_paper_preset_is_unchanged_by_the_released_values() -> None:
 
 def test_dapo_and_cpu_backbones_take_no_script_values() -> None:
     assert catalog.released_script("dapo") is None
-    assert released_overrides("qwen2.5-math-1.5b", "dapo") == {}
+    assert resolve_cell("qwen2.5-math-1.5b", "dapo", preset="released").released_settings() == {}
     dapo = compose_and_validate(build_overrides(_cell("dapo")))
     assert dapo.actor_rollout_ref.actor.clip_ratio_c == 3.0 and dapo.trainer.total_training_steps == 400
-    assert "no released script trained dapo" in released_report("qwen2.5-math-1.5b", "dapo", [])[0]
-    assert released_overrides("tiny-arith", "seq-balance") == {}
+    dapo_cell = resolve_cell("qwen2.5-math-1.5b", "dapo", preset="released")
+    assert "no released script trained dapo" in released_report(dapo_cell, [])[0]
+    assert resolve_cell("tiny-arith", "seq-balance", preset="released", engine="verl").released_settings() == {}
     tiny = build_overrides(_cell("seq-balance", backbone="tiny-arith", model_path="/m"))
     assert not any(o.startswith("actor_rollout_ref.actor.clip_ratio_c=") for o in tiny)
 

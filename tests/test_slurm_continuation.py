@@ -31,10 +31,10 @@ from repro.launch.attempt import run_attempt
 from repro.launch.jobs import job_records
 from repro.launch.plan import CellPlan, CpuOptions
 from repro.launch.slurm import SlurmOptions, SlurmScheduler, render_script
-from repro.launch.submit import submit_sweep
 from repro.rundir import RunDir, cell_name
 from repro.rundir.attempts import first_logged_step, last_logged_step
 from repro.sweep import load_sweep
+from repro.sweep_submit import submit_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 

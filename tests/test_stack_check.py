@@ -199,8 +199,8 @@ def test_the_job_scripts_check_line_fails_in_seconds_with_one_error_line(tmp_pat
 
 def test_a_submission_stops_on_the_stack_and_submits_nothing(tmp_path) -> None:
     from repro.launch.jobs import JobState
-    from repro.launch.submit import submit_sweep
     from repro.sweep import load_sweep
+    from repro.sweep_submit import submit_sweep
 
     class Recording:
         name = "recording"
@@ -253,7 +253,7 @@ def test_the_7b_stop_margin_and_save_barrier_by_hand(monkeypatch) -> None:
 
 
 def test_the_slurm_script_warns_each_backbone_at_its_own_margin(tmp_path, monkeypatch) -> None:
-    from repro.launch.plan import plan_cell
+    from repro.cell_plan import plan_cell
     from repro.launch.slurm import SlurmOptions, render_script
     from repro.sweep import load_sweep
 
@@ -261,11 +261,11 @@ def test_the_slurm_script_warns_each_backbone_at_its_own_margin(tmp_path, monkey
     sweep = load_sweep(ROOT / "sweeps" / "paper.yaml")
     margins = {}
     for cell in sweep.cells():
-        if cell.method != "seq-balance":
+        if cell.method.key != "seq-balance":
             continue
         plan = plan_cell(cell, sweep, tmp_path / "runs")
         text = render_script(plan, SlurmOptions(time="2-00:00:00"), sweep_name="paper", project_dir=tmp_path)
-        margins[cell.backbone] = int(text.split("--signal=B:USR1@", 1)[1].split()[0])
+        margins[cell.backbone.key] = int(text.split("--signal=B:USR1@", 1)[1].split()[0])
         check = next(line for line in text.splitlines() if "repro.node_check" in line)
         assert text.index(check) < text.index("repro.launch.attempt")  # before verl starts
         assert check.startswith("python -m repro.node_check ") and "--gpus 8" in check
@@ -300,10 +300,12 @@ def test_the_save_barrier_timeout_reaches_verls_process_group(value, expected) -
 
 
 def test_every_cell_passes_its_barrier_timeout_to_verls_workers() -> None:
+    from repro.cell import resolve_cell
     from repro.verl_plugin.config_builder import VerlCell, build_overrides
 
     def value(backbone: str) -> str:
-        overrides = build_overrides(VerlCell(backbone, "seq-balance", "standard", 0, train_file="t", val_file="v"))
+        cell = resolve_cell(backbone, "seq-balance", "standard", 0, engine="verl")
+        overrides = build_overrides(VerlCell(cell, train_file="t", val_file="v"))
         key = f"+ray_kwargs.ray_init.runtime_env.env_vars.{ae.DIST_TIMEOUT_ENV}="
         return next(o for o in overrides if o.startswith(key)).split("=", 1)[1]
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from repro.cell_plan import plan_cell
 from repro.cli import main
 from repro.errors import ReproError
-from repro.launch.plan import plan_cell
 from repro.loggers import parse_loggers
 from repro.rundir import cell_name
-from repro.sweep import Cell, load_sweep
+from repro.sweep import Sweep, load_sweep
 
 TB_LOGGERS = "console,file,tensorboard"
 
@@ -72,6 +72,12 @@ def _sweep(tmp_path: Path, logger: str, engine: str = "local") -> Path:
     return path
 
 
+def _cell(sweep: Sweep, backbone: str):
+    """The sweep's own resolved cell of `backbone` with grpo-n4 on the standard set, seed 0."""
+    name = cell_name(backbone, "grpo-n4", "standard", 0)
+    return next(cell for cell in sweep.cells() if cell.name == name)
+
+
 def _overrides(overrides: list[str]) -> dict[str, str]:
     return dict(item.split("=", 1) for item in overrides)
 
@@ -81,11 +87,11 @@ def test_sweep_logger_reaches_every_cell(tiny_env, tmp_path) -> None:
 
     sweep = load_sweep(_sweep(tmp_path, "[console, file, tensorboard]"))
     assert sweep.loggers == ("console", "file", "tensorboard")
-    cpu = plan_cell(Cell("tiny-arith", "grpo-n4", "standard", 0), sweep, tmp_path / "runs")
+    cpu = plan_cell(_cell(sweep, "tiny-arith"), sweep, tmp_path / "runs")
     at = cpu.argv.index("--logger")
     assert cpu.argv[at + 1] == TB_LOGGERS
     assert "logger" not in json.dumps(cpu.config)
-    gpu = plan_cell(Cell("qwen2.5-math-1.5b", "grpo-n4", "standard", 0), sweep, tmp_path / "runs")
+    gpu = plan_cell(_cell(sweep, "qwen2.5-math-1.5b"), sweep, tmp_path / "runs")
     values = _overrides(gpu.gpu.overrides)
     assert values["trainer.logger"] == "[console,file,tensorboard]"
     tb_dir = values["+ray_kwargs.ray_init.runtime_env.env_vars.TENSORBOARD_DIR"]
@@ -97,17 +103,17 @@ def test_sweep_logger_reaches_every_cell(tiny_env, tmp_path) -> None:
 
 def test_sweep_logger_as_comma_string_on_the_verl_engine(tiny_env, tmp_path) -> None:
     sweep = load_sweep(_sweep(tmp_path, "console,file,tensorboard", engine="verl"))
-    plan = plan_cell(Cell("tiny-arith", "grpo-n4", "standard", 0), sweep, tmp_path / "runs")
+    plan = plan_cell(_cell(sweep, "tiny-arith"), sweep, tmp_path / "runs")
     assert plan.argv[plan.argv.index("--logger") + 1] == TB_LOGGERS
     # the config the submission records is the one the job's `repro run --engine verl --logger ...` records
     assert _overrides(plan.config["overrides"])["trainer.logger"] == "[console,file,tensorboard]"
 
 
 def test_sweep_without_logger_keeps_todays_argv_and_unknown_is_an_error(tiny_env, tmp_path) -> None:
-    path = _sweep(tmp_path, "[console, file]")
-    plan = plan_cell(Cell("tiny-arith", "grpo-n4", "standard", 0), load_sweep(path), tmp_path / "runs")
+    sweep = load_sweep(_sweep(tmp_path, "[console, file]"))
+    plan = plan_cell(_cell(sweep, "tiny-arith"), sweep, tmp_path / "runs")
     assert "--logger" not in plan.argv
-    gpu = plan_cell(Cell("qwen2.5-math-1.5b", "grpo-n4", "standard", 0), load_sweep(path), tmp_path / "runs")
+    gpu = plan_cell(_cell(sweep, "qwen2.5-math-1.5b"), sweep, tmp_path / "runs")
     assert not any("TENSORBOARD_DIR" in item for item in gpu.gpu.overrides)
     with pytest.raises(ReproError, match="unknown logger 'tb'"):
         load_sweep(_sweep(tmp_path, "[console, tb]"))

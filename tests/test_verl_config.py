@@ -12,6 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from repro import catalog
+from repro.cell import resolve_cell
 from repro.cli import main
 from repro.errors import ReproError
 from repro.sampling import SamplerSpec
@@ -29,12 +30,9 @@ from repro.verl_plugin.preflight import admission
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cell(backbone="qwen2.5-math-1.5b", method="seq-balance", prompt_set="standard", **kw) -> VerlCell:
+def cell(backbone="qwen2.5-math-1.5b", method="seq-balance", prompt_set="standard", preset="paper", **kw) -> VerlCell:
     return VerlCell(
-        backbone,
-        method,
-        prompt_set,
-        0,
+        resolve_cell(backbone, method, prompt_set, 0, preset=preset, engine="verl"),
         train_file="/data/t.parquet",
         val_file="/data/v.parquet",
         run_dir=Path("/runs/x"),
@@ -48,19 +46,15 @@ def cell(backbone="qwen2.5-math-1.5b", method="seq-balance", prompt_set="standar
 def test_every_cell_of_both_sweeps_composes_and_validates(sweep_file: str, preset: str) -> None:
     sweep = load_sweep(ROOT / "sweeps" / sweep_file)
     cells = sweep.cells()
-    assert len(cells) == 28 and {c.prompt_set for c in cells} == {sweep.prompt_sets[0]}
+    assert len(cells) == 28 and {c.prompt_set.key for c in cells} == {sweep.prompt_sets[0]}
     for c in cells:
         cfg = compose_and_validate(
             build_overrides(
                 VerlCell(
-                    c.backbone,
-                    c.method,
-                    c.prompt_set,
-                    c.seed,
-                    preset=preset,
+                    resolve_cell(c.backbone.key, c.method.key, c.prompt_set.key, c.seed, preset=preset),
                     train_file="/t.parquet",
                     val_file="/v.parquet",
-                    run_dir=Path("/runs") / c.backbone,
+                    run_dir=Path("/runs") / c.backbone.key,
                 )
             )
         )
@@ -69,7 +63,7 @@ def test_every_cell_of_both_sweeps_composes_and_validates(sweep_file: str, prese
         assert cfg.actor_rollout_ref.rollout.seed == 42 + 1000 * c.seed
         assert cfg.data.train_batch_size == 512
         assert cfg.trainer.total_training_steps == (400 if preset == "released" else 600)
-        assert cfg.trainer.experiment_name == f"{c.backbone}__{c.method}__{c.prompt_set}__s0"
+        assert cfg.trainer.experiment_name == f"{c.backbone.key}__{c.method.key}__{c.prompt_set.key}__s0"
 
 
 def test_the_bench_cells_compose_and_validate_with_their_estimators() -> None:
@@ -79,17 +73,17 @@ def test_the_bench_cells_compose_and_validate_with_their_estimators() -> None:
     assert len(cells) == 12
     expected = {"pods-16-4": ("reinforce_ada", 4), "knapsack": ("reinforce_ada", 8), "greso": ("grpo", 8)}
     for c in cells:
-        cell = VerlCell(c.backbone, c.method, c.prompt_set, c.seed, train_file="/t.parquet", val_file="/v.parquet")
+        cell = VerlCell(c, train_file="/t.parquet", val_file="/v.parquet")
         cfg = compose_and_validate(build_overrides(cell))
-        estimator, rollout_n = expected[c.method]
+        estimator, rollout_n = expected[c.method.key]
         assert (cfg.algorithm.adv_estimator, cfg.actor_rollout_ref.rollout.n) == (estimator, rollout_n)
-        assert cfg.algorithm.reinforce_ada.kind == c.method.split("-")[0]
+        assert cfg.algorithm.reinforce_ada.kind == c.method.key.split("-")[0]
         # the manager rebuilds the catalog's spec from the family's own fields alone
         handed = dict(cfg.algorithm.reinforce_ada)
-        assert SamplerSpec.from_dict(handed) == catalog.get_method(c.method).sampler_spec(seed=c.seed)
+        assert SamplerSpec.from_dict(handed) == catalog.get_method(c.method.key).sampler_spec(seed=c.seed)
         assert not any(key.startswith(("round_size", "n_avg", "exit_rule")) for key in handed)
         assert cfg.actor_rollout_ref.rollout.agent.agent_loop_manager_class.endswith("ReinforceAdaAgentLoopManager")
-        assert cfg.algorithm.filter_groups.enable is False or c.method != "greso"
+        assert cfg.algorithm.filter_groups.enable is False or c.method.key != "greso"
 
 
 def test_paper_hyperparameters_reach_verl() -> None:
@@ -330,7 +324,7 @@ def test_bad_sweep_files(tmp_path, text: str, fragment: str) -> None:
 def test_sweep_cells_are_the_product() -> None:
     sweep = load_sweep(ROOT / "sweeps" / "paper.yaml")
     cells = sweep.cells()
-    assert len({(c.backbone, c.method) for c in cells}) == 28
-    assert json.dumps(sorted({c.method for c in cells})) == json.dumps(
+    assert len({(c.backbone.key, c.method.key) for c in cells}) == 28
+    assert json.dumps(sorted({c.method.key for c in cells})) == json.dumps(
         sorted(["grpo-n4", "grpo-n8", "grpo-n16", "dapo", "seq-pos", "seq-balance", "est"])
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from repro import catalog
+from repro.cell import resolve_cell
 from repro.verl_plugin.config_builder import CPU_MODULE, PLUGIN_MODULE, VerlCell, build_overrides, compose_and_validate
 from repro.verl_plugin.entry import runtime_env_vars
 
@@ -22,8 +23,8 @@ def _values(overrides: list[str]) -> dict[str, str]:
 
 @pytest.mark.parametrize("method", ["seq-balance", "est", "grpo-n4", "dapo", "seq-pos-stream"])
 def test_cpu_cell_composes_and_validates_with_cpu_resources(method) -> None:
-    cell = VerlCell("tiny-arith", method, "standard", 0, train_file="t.parquet", val_file="v.parquet", model_path="/m")
-    overrides = build_overrides(cell)
+    cell = resolve_cell("tiny-arith", method, "standard", 0, engine="verl")
+    overrides = build_overrides(VerlCell(cell, train_file="t.parquet", val_file="v.parquet", model_path="/m"))
     cfg = compose_and_validate(overrides)
     assert cfg.trainer.device == "cpu" and cfg.actor_rollout_ref.rollout.name == "vllm_cpu"
     assert cfg.actor_rollout_ref.model.path == "/m"
@@ -47,7 +48,7 @@ def test_cpu_cell_composes_and_validates_with_cpu_resources(method) -> None:
 
 
 def test_gpu_cell_never_loads_the_cpu_module() -> None:
-    overrides = build_overrides(VerlCell("qwen2.5-math-7b", "seq-balance", "standard", 0))
+    overrides = build_overrides(VerlCell(resolve_cell("qwen2.5-math-7b", "seq-balance", "standard", 0)))
     values = _values(overrides)
     assert CPU_MODULE not in values["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES"]
     assert values["actor_rollout_ref.rollout.name"] == "vllm"
@@ -56,10 +57,7 @@ def test_gpu_cell_never_loads_the_cpu_module() -> None:
 
 def test_driver_takes_the_runtime_env_of_the_override_list() -> None:
     cell = VerlCell(
-        "tiny-arith",
-        "grpo-n4",
-        "standard",
-        0,
+        resolve_cell("tiny-arith", "grpo-n4", "standard", 0, engine="verl"),
         model_path="/m",
         overrides={"+ray_kwargs.ray_init.runtime_env.env_vars.X": 1},
     )
@@ -80,8 +78,9 @@ def test_cpu_resources_cover_the_gpu_resource_keys() -> None:
 def test_a_sweep_file_chooses_the_verl_engine_for_cpu_cells(tmp_path, monkeypatch) -> None:
     from pathlib import Path
 
+    from repro.cell_plan import plan_cell
     from repro.errors import ReproError
-    from repro.launch.plan import CpuOptions, plan_cell
+    from repro.launch.plan import CpuOptions
     from repro.sweep import load_sweep
 
     monkeypatch.setenv("REPRO_HOME", str(tmp_path / "home"))
@@ -108,12 +107,20 @@ def test_a_gpu_cell_and_its_cpu_rehearsal_resolve_the_same_fsdp_strategy(gpu_bac
     default `fsdp` is FSDP1 (workers/engine/fsdp/transformer_impl.py), the CPU engine FSDP2."""
     gpu = compose_and_validate(
         build_overrides(
-            VerlCell(gpu_backbone, "seq-balance", "standard", 0, train_file="t.parquet", val_file="v.parquet")
+            VerlCell(
+                resolve_cell(gpu_backbone, "seq-balance", "standard", 0),
+                train_file="t.parquet",
+                val_file="v.parquet",
+            )
         )
     )
     cpu = compose_and_validate(
         build_overrides(
-            VerlCell("tiny-arith", "seq-balance", "standard", 0, train_file="t.parquet", val_file="v.parquet")
+            VerlCell(
+                resolve_cell("tiny-arith", "seq-balance", "standard", 0, engine="verl"),
+                train_file="t.parquet",
+                val_file="v.parquet",
+            )
         )
     )
     for cfg in (gpu, cpu):

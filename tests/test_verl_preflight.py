@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from repro import catalog
+from repro.cell import resolve_cell
 from repro.cli import main
 from repro.errors import ReproError
 from repro.verl_plugin.config_builder import VerlCell, _fmt, build_overrides, compose, compose_and_validate
@@ -29,7 +30,10 @@ def parquet(path: Path, rows: int) -> Path:
 def cell(train_file: str = "/data/t.parquet", backbone: str = "qwen2.5-math-7b", **kw) -> VerlCell:
     defaults = {"run_dir": Path("/runs/x"), "metrics_file": "/runs/x/metrics/attempt-001.jsonl"}
     return VerlCell(
-        backbone, "seq-balance", "standard", 0, train_file=train_file, val_file="/data/v.parquet", **{**defaults, **kw}
+        resolve_cell(backbone, "seq-balance", "standard", 0, engine="verl"),
+        train_file=train_file,
+        val_file="/data/v.parquet",
+        **{**defaults, **kw},
     )
 
 
@@ -150,7 +154,8 @@ def test_checkpoint_folder_and_logger_path_are_absolute(tmp_path, monkeypatch) -
     logger = cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH
     assert logger == str(tmp_path / "runs" / "x" / "metrics" / "attempt-NNN.jsonl")
     # what `repro run` and the job scripts build: still absolute, and the attempt wrapper still numbers it
-    spec = verl_run("qwen2.5-math-7b", "seq-balance", "standard", 0, Path("runs/y"), train_file=Path("t.parquet"))
+    y_cell = resolve_cell("qwen2.5-math-7b", "seq-balance", "standard", 0)
+    spec = verl_run(y_cell, Path("runs/y"), train_file=Path("t.parquet"))
     final = [part.replace(PLACEHOLDER, "attempt-003.jsonl") for part in spec.trainer_argv()]
     cfg = compose(final[3:])
     assert cfg.trainer.default_local_dir == str(tmp_path / "runs" / "y" / "checkpoints")
@@ -261,7 +266,8 @@ def test_preflight_reports_data_gpus_disk_and_the_rehearsal(tmp_path, monkeypatc
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     train = parquet(tmp_path / "train.parquet", 5000)
     cfg = compose(build_overrides(cell(str(train))))
-    report = preflight(cfg, model="qwen2.5-math-7b", method="seq-balance", prompt_set="standard")
+    seven_b = resolve_cell("qwen2.5-math-7b", "seq-balance", "standard")
+    report = preflight(cfg, seven_b)
     assert (report.train_prompts, report.batch, report.total_steps, report.steps_per_epoch) == (5000, 512, 600, 9)
     assert report.epochs == 67 and (report.nnodes, report.gpus_per_node, report.cuda_here) == (1, 8, False)
     assert report.disk.per_save == 7_615_616_512 * 16
@@ -274,7 +280,7 @@ def test_preflight_reports_data_gpus_disk_and_the_rehearsal(tmp_path, monkeypatc
     assert report.rehearsal in text
 
     missing = compose(build_overrides(cell("/no/such/train.parquet")))
-    report = preflight(missing, model="qwen2.5-math-7b", method="seq-balance", prompt_set="standard")
+    report = preflight(missing, seven_b)
     assert report.train_prompts is None
     text = "\n".join(report.lines())
     assert "/no/such/train.parquet does not exist" in text

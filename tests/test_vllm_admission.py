@@ -11,6 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 from vllm_rule_cases import LENGTH_CASES, SERVER_CASES, VERL_REQUEST_CASES, VLLM_REQUEST_CASES, LengthCase, RequestCase
 
+from repro.cell import resolve_cell
 from repro.cli import main
 from repro.sweep import load_sweep
 from repro.verl_plugin.admission import admit
@@ -146,8 +147,9 @@ def test_admission_in_verls_order_for_the_released_override() -> None:
 
 
 def _cell(c, preset: str, **overrides) -> VerlCell:
-    return VerlCell(c.backbone, c.method, c.prompt_set, c.seed, preset=preset, train_file="/t.parquet",
-                    val_file="/v.parquet", run_dir=Path("/runs") / c.backbone, overrides=overrides)  # fmt: skip
+    resolved = resolve_cell(c.backbone.key, c.method.key, c.prompt_set.key, c.seed, preset=preset)
+    return VerlCell(resolved, train_file="/t.parquet", val_file="/v.parquet",
+                    run_dir=Path("/runs") / c.backbone.key, overrides=overrides)  # fmt: skip
 
 
 @pytest.mark.parametrize("preset", ["paper", "released"])
@@ -156,12 +158,12 @@ def test_the_old_override_list_is_refused_where_the_released_override_reaches_ve
     passed (every paper cell, the released Seq/Est script), fine where it is not (the released GRPO script on
     its own 1.5B backbone). Every grid cell as built now passes: tests/test_verl_config.py, all 56 cells."""
     for c in load_sweep(ROOT / "sweeps" / "paper.yaml").cells():
-        if not c.backbone.startswith("qwen2.5-math") or c.method not in ("grpo-n4", "seq-balance", "est"):
+        if not c.backbone.key.startswith("qwen2.5-math") or c.method.key not in ("grpo-n4", "seq-balance", "est"):
             continue
         new = compose(build_overrides(_cell(c, preset)))
         assert admission(new, c.backbone)[0].max_model_len == 3072
         old = compose(build_overrides(_cell(c, preset, **{"actor_rollout_ref.rollout.max_model_len": None})))
-        if preset == "released" and c.method == "grpo-n4" and c.backbone == "qwen2.5-math-1.5b":
+        if preset == "released" and c.method.key == "grpo-n4" and c.backbone.key == "qwen2.5-math-1.5b":
             assert admission(old, c.backbone)[0].max_model_len == 4096  # run_grpo.sh: the model's own context
         else:
             with pytest.raises(VLLMRefusal, match=r"User-specified max_model_len \(32768\) is greater"):

@@ -13,10 +13,11 @@ import pytest
 from cli_errors import one_error
 from hf_cache import COMMIT, model_files, populate
 
+from repro.cell import cell_name, resolve_cell
+from repro.cell_plan import plan_cell
 from repro.cli import main
 from repro.errors import ReproError
-from repro.launch.plan import plan_cell
-from repro.sweep import Cell, load_sweep
+from repro.sweep import Sweep, load_sweep
 
 REPO = "Qwen/Qwen2.5-Math-7B"
 BACKBONE = "qwen2.5-math-7b"
@@ -50,6 +51,12 @@ def _sweep(tmp_path: Path, backbones: str = f"[{BACKBONE}]", methods: str = "[se
     return path
 
 
+def _cell(sweep: Sweep, backbone: str = BACKBONE):
+    """The sweep's own resolved cell of `backbone` with seq-balance on the standard set, seed 0."""
+    name = cell_name(backbone, "seq-balance", "standard", 0)
+    return next(cell for cell in sweep.cells() if cell.name == name)
+
+
 def _exports(script: str) -> dict[str, str]:
     return {m[1]: shlex.split(m[2])[0] for m in re.finditer(r"^export (\w+)=(.*)$", script, re.M)}
 
@@ -65,7 +72,7 @@ def test_a_gpu_cell_trains_and_evaluates_from_the_local_snapshot_offline(cached,
 
     assert cached == offline / "hub" / "models--Qwen--Qwen2.5-Math-7B" / "snapshots" / COMMIT
     sweep = load_sweep(_sweep(tmp_path))
-    plan = plan_cell(Cell(BACKBONE, "seq-balance", "standard", 0), sweep, tmp_path / "runs")
+    plan = plan_cell(_cell(sweep), sweep, tmp_path / "runs")
     assert plan.name == "qwen2.5-math-7b__seq-balance__standard__s0"  # the backbone's name, not a --model-path label
     cfg = compose(plan.gpu.overrides)  # verl's own composition
     assert cfg.actor_rollout_ref.model.path == str(cached)
@@ -114,7 +121,7 @@ def test_a_cpu_cell_is_unchanged(offline, tmp_path) -> None:
     from repro.launch.slurm import SlurmOptions, render_script
 
     sweep = load_sweep(_sweep(tmp_path, backbones="[tiny-arith]"))
-    plan = plan_cell(Cell("tiny-arith", "seq-balance", "standard", 0), sweep, tmp_path / "runs")
+    plan = plan_cell(_cell(sweep, "tiny-arith"), sweep, tmp_path / "runs")
     script = render_script(plan, SlurmOptions(), sweep_name="offline", project_dir=tmp_path)
     assert plan.gpu is None and not any(k.startswith("HF_") for k in _exports(script))
 
@@ -140,7 +147,7 @@ def test_offline_with_an_empty_cache_stops_the_submission_with_one_line(offline,
 
 
 def test_the_batch_submission_fetches_first_and_writes_nothing_when_it_cannot(offline, tmp_path) -> None:
-    from repro.launch.submit import submit_sweep
+    from repro.sweep_submit import submit_sweep
 
     class Never:
         name = "slurm"
@@ -159,13 +166,13 @@ def test_a_run_recorded_with_the_hub_id_keeps_it_and_other_changes_are_still_ref
     from repro.rundir import RunDir
     from repro.weights_cache import keep_recorded_spec, model_path_of
 
-    run = tmp_path / "runs" / "cell"
-    old = verl_run(BACKBONE, "seq-balance", "standard", 0, run)  # nothing cached yet: the Hub id
+    run, cell = tmp_path / "runs" / "cell", resolve_cell(BACKBONE, "seq-balance", "standard", 0)
+    old = verl_run(cell, run)  # nothing cached yet: the Hub id
     assert model_path_of(old.overrides) == REPO
     old.config["overrides"] = [o for o in old.overrides if ".HF_" not in o]  # as recorded before the cache
     RunDir.prepare(run, old.config, ["repro"])
     snapshot = populate(offline / "hub", REPO, model_files(FAMILY, tmp_path / "files"))
-    new = verl_run(BACKBONE, "seq-balance", "standard", 0, run)
+    new = verl_run(cell, run)
     assert model_path_of(new.overrides) == str(snapshot)
     with pytest.raises(ReproError, match="different config"):
         RunDir.prepare(run, new.config, ["repro"])
@@ -175,7 +182,7 @@ def test_a_run_recorded_with_the_hub_id_keeps_it_and_other_changes_are_still_ref
     assert notes == [f"note: cell keeps the weights it was started on: model.path={REPO} (a Hub id, which the "
                      "jobs resolve from the cache offline (HF_HUB_OFFLINE=1, HF_HOME))"]  # fmt: skip
     assert RunDir.prepare(run, kept.config, ["repro"]).path == run
-    other = verl_run(BACKBONE, "seq-balance", "standard", 0, run, sets={"actor_rollout_ref.actor.optim.lr": 2e-6})
+    other = verl_run(cell, run, sets={"actor_rollout_ref.actor.optim.lr": 2e-6})
     assert keep_recorded_spec(run, other) is other  # a real change is not the weights' location: refused as ever
     with pytest.raises(ReproError, match="was made with a different config"):
         RunDir.prepare(run, other.config, ["repro"])
@@ -185,7 +192,8 @@ def test_a_submission_keeps_a_recorded_runs_weights_in_its_job_command(offline, 
     from repro.rundir import RunDir
     from repro.weights_cache import keep_recorded_plan
 
-    sweep, cell = load_sweep(_sweep(tmp_path)), Cell(BACKBONE, "seq-balance", "standard", 0)
+    sweep = load_sweep(_sweep(tmp_path))
+    cell = _cell(sweep)
     old = plan_cell(cell, sweep, tmp_path / "runs")  # submitted once with the Hub id (nothing cached then)
     RunDir.prepare(old.run_dir, old.config, ["repro"])
     snapshot = populate(offline / "hub", REPO, model_files(FAMILY, tmp_path / "files"))

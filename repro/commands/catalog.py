@@ -91,8 +91,8 @@ def methods(
 
       repro methods seq-balance-stream # ours: no round barriers
     """
+    from repro.cell import PRESETS
     from repro.errors import ReproError
-    from repro.verl_plugin.config_builder import PRESETS
 
     if preset not in PRESETS:
         raise ReproError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")

@@ -12,12 +12,12 @@ import typer
 import yaml
 from rich.progress import TextColumn
 
-from repro import arithmetic, catalog
+from repro import arithmetic
+from repro.cell import ResolvedCell, resolve_cell
 from repro.cell_config import (
     build_cpu_config,
     check_model_path,
     fetch_hub_inputs,
-    model_path_label,
     parse_sets,
     resolve_cpu_config,
     verl_run,
@@ -27,10 +27,9 @@ from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
 from repro.loggers import DEFAULT as DEFAULT_LOGGERS
 from repro.loggers import LOGGERS, parse_loggers
-from repro.rundir import RunDir, cell_name
+from repro.rundir import RunDir
 
 DEFAULT_RUNS_ROOT = Path("runs")
-ENGINES = ("local", "verl")
 
 
 class _Terminated(BaseException):
@@ -153,63 +152,35 @@ def run(
     `--set key=value` then takes dotted verl config keys.
     """
     loggers = parse_loggers(logger, wandb=wandb)
-    backbone = catalog.get_backbone(model)
-    catalog.get_method(method)
-    if asynchronous:
-        method = catalog.async_method(method)
-    prompt_set = prompt_set or backbone.prompt_set
-    catalog.get_prompt_set(prompt_set)
-    engine = engine or ("local" if backbone.device == "cpu" else "verl")
-    if engine not in ENGINES:
-        raise ReproError(f"unknown engine {engine!r}; valid engines: {', '.join(ENGINES)}")
-    if engine == "local" and backbone.device != "cpu":
-        raise ReproError(f"{model} trains with verl on GPUs; drop --engine local (it is for tiny-arith)")
-    if backbone.weights_from_user and (model_path is None or train_file is None):
+    cell = resolve_cell(
+        model, method, prompt_set, seed, preset=preset, engine=engine, asynchronous=asynchronous, model_path=model_path
+    )
+    if cell.backbone.weights_from_user and (model_path is None or train_file is None):
         raise ReproError(
             f"{model} is the settings for a model the catalog does not know and has no weights or prompts of its "
             "own: add --model-path DIR_OR_HUB_ID and --train-file PARQUET"
         )
     if model_path is not None:
-        if engine == "local":
-            raise ReproError(
-                "--model-path trains through verl's trainer; add --engine verl (the CPU trainer keeps its own models)"
-            )
         check_model_path(model_path)
-    if engine == "verl":
-        label = model_path_label(model, model_path) if model_path else model
-        path = run_dir or runs_root / cell_name(label, method, prompt_set, seed)
+    path = run_dir or runs_root / cell.name
+    if cell.engine == "verl":
         verl_sets = {**parse_sets(sets or []), **verl_size_sets(steps, batch)}
         if require_flash_attn:
             from repro.stack_check import require_flash_attn as required
 
-            verl_sets = required(verl_sets, [model])
-        _run_verl(
-            model,
-            method,
-            prompt_set,
-            seed,
-            path,
-            preset,
-            train_file,
-            val_file,
-            loggers,
-            verl_sets,
-            overwrite,
-            dry_run,
-            model_path,
-        )
+            verl_sets = required(verl_sets, [cell.backbone.key])
+        _run_verl(cell, path, train_file, val_file, loggers, verl_sets, overwrite, dry_run)
         return
-    path = run_dir or runs_root / cell_name(model, method, prompt_set, seed)
     if dry_run:
-        config = build_cpu_config(model, method, prompt_set, seed, steps, batch, parse_sets(sets or []))
+        config = build_cpu_config(cell, steps, batch, parse_sets(sets or []))
         stdout_console().print(f"# run folder: {path}\n# command: repro {' '.join(sys.argv[1:])}")
         typer.echo(yaml.safe_dump(config.to_dict(), sort_keys=False))
         return
-    config, note = resolve_cpu_config(model, method, prompt_set, seed, steps, batch, parse_sets(sets or []))
-    _train(config, path, overwrite, note, loggers)
+    config, note = resolve_cpu_config(cell, steps, batch, parse_sets(sets or []))
+    _train(cell, config, path, overwrite, note, loggers)
 
 
-def _train(config, path: Path, overwrite: bool, note: str | None, loggers: tuple[str, ...]) -> None:
+def _train(cell: ResolvedCell, config, path: Path, overwrite: bool, note: str | None, loggers: tuple[str, ...]) -> None:
     from repro.launch.allocations import STOPPED_EXIT, clear_stale_request, discard_request, stop_reason
     from repro.launch.attempt import launcher_from_env
     from repro.local.trainer import CpuTrainer, StopRequested
@@ -222,7 +193,7 @@ def _train(config, path: Path, overwrite: bool, note: str | None, loggers: tuple
     if note:
         err.print(note)
     ensure_data(config.data["data_seed"], backbone=config.backbone)
-    ensure_built(catalog.get_backbone(config.backbone))
+    ensure_built(cell.backbone)
     launcher, job_id = launcher_from_env()
     # the CPU and kernels this attempt computes with (the config holds the pinned arithmetic itself)
     metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id, extra={"arithmetic": arithmetic.in_force()})
@@ -279,67 +250,47 @@ def _train(config, path: Path, overwrite: bool, note: str | None, loggers: tuple
 
 
 def _run_verl(
-    model,
-    method,
-    prompt_set,
-    seed,
+    cell: ResolvedCell,
     path: Path,
-    preset,
-    train_file,
-    val_file,
-    loggers,
-    sets,
-    overwrite,
-    dry_run,
-    model_path=None,
+    train_file: Path | None,
+    val_file: Path | None,
+    loggers: tuple[str, ...],
+    sets: dict,
+    overwrite: bool,
+    dry_run: bool,
 ) -> None:
     from functools import partial
 
     from repro.launch.attempt import run_attempt
     from repro.verl_plugin.config_builder import shell_command
-
-    plan = partial(
-        verl_run,
-        model,
-        method,
-        prompt_set,
-        seed,
-        path,
-        model_path=model_path,
-        preset=preset,
-        train_file=train_file,
-        val_file=val_file,
-        sets=sets,
-        loggers=loggers,
-    )
-    spec = plan()
     from repro.verl_plugin.preflight import verify_cell
 
-    cfg, report = verify_cell(spec, model=model, method=method, prompt_set=prompt_set, sets=sets)
+    model = cell.backbone.key
+    plan = partial(verl_run, cell, path, train_file=train_file, val_file=val_file, sets=sets, loggers=loggers)
+    spec = plan()
+    cfg, report = verify_cell(spec, cell, sets=sets)
     if dry_run:
         from omegaconf import OmegaConf
 
+        from repro.verl_plugin.config_builder import async_report, released_report
+
         stdout_console().print(f"# run folder: {path}\n# command (attempt-NNN is numbered at launch):")
         typer.echo(shell_command(spec.overrides))
-        if preset == "released":  # each released value beside the script flag it comes from
-            from repro.verl_plugin.config_builder import released_report
-
-            typer.echo("\n".join(f"# {line}" for line in released_report(model, method, spec.overrides)))
-        from repro.verl_plugin.config_builder import async_report
-
-        typer.echo("\n".join(f"# {line}" for line in async_report(method, spec.overrides)))
+        if cell.preset == "released":  # each released value beside the script flag it comes from
+            typer.echo("\n".join(f"# {line}" for line in released_report(cell, spec.overrides)))
+        typer.echo("\n".join(f"# {line}" for line in async_report(cell, spec.overrides)))
         typer.echo("\n".join(["# preflight", *(f"#   {line}" for line in report.lines())]))
-        if catalog.get_backbone(model).device != "cpu":  # where the weights are, or what fetching them takes
+        if not cell.is_cpu:  # where the weights are, or what fetching them takes
             from repro.weights_cache import model_path_of, report_lines
 
-            params = None if model_path else catalog.get_backbone(model).param_count  # the user's model: unknown
-            items = {"--model-path" if model_path else model: (model_path_of(spec.overrides) or "", params)}
+            params = None if cell.model_path else cell.backbone.param_count  # the user's model: unknown
+            items = {"--model-path" if cell.model_path else model: (model_path_of(spec.overrides) or "", params)}
             typer.echo("\n".join(f"# {line}" for line in report_lines(items)))
         typer.echo("# resolved verl config (composed against verl's ppo_trainer, validate_config passed):")
         typer.echo(OmegaConf.to_yaml(cfg))
         return
-    if catalog.get_backbone(model).device == "cpu":
-        _prepare_cpu_inputs(model, build=model_path is None)
+    if cell.is_cpu:
+        _prepare_cpu_inputs(cell)
     elif report.needs is not None:  # this host is the node: its driver, CUDA and stack, before anything starts
         from repro.stack_check import failures, run_checks
 
@@ -349,12 +300,12 @@ def _run_verl(
             raise ReproError(
                 f"{model} cannot train on this host: {bad[0].detail}{more}; or --model tiny-arith on a CPU"
             )
-    if catalog.get_backbone(model).device != "cpu":  # the weights into the cache the jobs read offline
+    if not cell.is_cpu:  # the weights into the cache the jobs read offline
         from repro.weights_cache import fetch_all, model_path_of
 
         if fetch_all([model_path_of(spec.overrides) or ""], lambda line: stderr_console().print(line)):
             spec = plan()  # downloaded now: the cell points at the local snapshot, checked again
-            cfg, report = verify_cell(spec, model=model, method=method, prompt_set=prompt_set, sets=sets)
+            cfg, report = verify_cell(spec, cell, sets=sets)
     fetch_hub_inputs(spec, model, lambda line: stderr_console().print(line))
     for needed in spec.data_files:
         if not needed.exists():
@@ -371,12 +322,12 @@ def _run_verl(
         raise typer.Exit(code)
 
 
-def _prepare_cpu_inputs(model: str, build: bool = True) -> None:
+def _prepare_cpu_inputs(cell: ResolvedCell) -> None:
     """A CPU rehearsal builds its model (unless `--model-path` gives one) and data on first use, as the
     local engine does."""
     from repro.local.weights import ensure_built
     from repro.tasks.tiny_arith import ensure_data
 
-    ensure_data(0, backbone=model)
-    if build:
-        ensure_built(catalog.get_backbone(model))
+    ensure_data(0, backbone=cell.backbone.key)
+    if cell.model_path is None:
+        ensure_built(cell.backbone)

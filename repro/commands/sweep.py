@@ -15,8 +15,8 @@ from rich.text import Text
 from repro.console import stderr_console, stdout_console
 from repro.errors import ReproError
 from repro.launch.local import LAUNCH_DIR
-from repro.launch.submit import LAUNCHABLE as LAUNCHABLE_DEFAULT
-from repro.rundir import RunDir, cell_name
+from repro.rundir import RunDir
+from repro.sweep_submit import LAUNCHABLE as LAUNCHABLE_DEFAULT
 
 app = typer.Typer(
     help=(
@@ -246,7 +246,7 @@ def _launch(args: _Launch, states: tuple[str, ...], train: bool = True) -> None:
     if args.launcher == "local":
         _launch_local(args, sweep, options, states, train)
         return
-    from repro.launch.submit import submit_sweep
+    from repro.sweep_submit import submit_sweep
 
     scheduler = _scheduler(args, sweep)
     scheduler.check()  # sbatch on PATH / the Ray Jobs API answering: one line and exit 2 before any cell
@@ -294,7 +294,8 @@ def _launch(args: _Launch, states: tuple[str, ...], train: bool = True) -> None:
 def _dry_run(args: _Launch, sweep, options) -> None:
     import shlex
 
-    from repro.launch.plan import plan_cell, stack_report, verify_gpu_plans
+    from repro.cell_plan import plan_cell, verify_gpu_plans
+    from repro.launch.plan import stack_report
 
     console = stdout_console()
     root = args.runs_root.absolute()
@@ -322,7 +323,7 @@ def _dry_run(args: _Launch, sweep, options) -> None:
             written += 1
             if sweep.eval is not None:
                 from repro.launch.eval_stage import render_eval_script
-                from repro.launch.submit import _eval_gpus
+                from repro.sweep_submit import _eval_gpus
 
                 eval_text = render_eval_script(
                     plan.run_dir,
@@ -361,16 +362,11 @@ def _launch_local(args: _Launch, sweep, options, states: tuple[str, ...], train:
     if states != LAUNCHABLE_DEFAULT:
         from repro.launch.state import cell_state
 
-        only = {
-            cell_name(c.backbone, c.method, c.prompt_set, c.seed)
-            for c in cells
-            if cell_state(args.runs_root / cell_name(c.backbone, c.method, c.prompt_set, c.seed)).state in states
-        }
+        only = {c.name for c in cells if cell_state(args.runs_root / c.name).state in states}
     if train:  # GPU cells: each backbone's weights into the cache once, here, not by cells racing for them
-        from repro import catalog
         from repro.weights_cache import fetch_all
 
-        gpu = [catalog.get_backbone(c.backbone) for c in cells if catalog.get_backbone(c.backbone).device != "cpu"]
+        gpu = [c.backbone for c in cells if not c.is_cpu]
         fetch_all([b.hf_id or "" for b in gpu], lambda line: stderr_console().print(line))
     stderr_console().print(
         f"sweep {sweep.name}: {len(cells) if only is None else len(only)} cells, up to {parallel} at a time, "
@@ -548,7 +544,7 @@ def _cell_names(runs_root: Path, sweep: Path | None, cells: list[str] | None = N
     if sweep is not None:
         from repro.sweep import load_sweep
 
-        return [cell_name(c.backbone, c.method, c.prompt_set, c.seed) for c in load_sweep(sweep).cells()]
+        return [c.name for c in load_sweep(sweep).cells()]
     if not runs_root.is_dir():
         raise ReproError(f"{runs_root} does not exist; pass --runs-root, or --sweep to list pending cells")
     return sorted(

@@ -119,12 +119,16 @@ def _built_tiny(path: Path) -> bool:
 
 
 def _run_backbone(path: Path, config: dict) -> str | None:
-    """A run's backbone: its config's (CPU runs), else the cell name's first field (verl runs)."""
+    """A run's backbone: the cell its config.yaml was written for (repro.cell), else the folder name's first
+    field when that is a catalog backbone (a folder whose config names no cell, or one no longer resolvable)."""
     from repro import catalog
+    from repro.cell import ResolvedCell
 
-    cell = config.get("cell") if isinstance(config.get("cell"), str) else path.name
-    backbone = config.get("backbone") or (cell.split("__")[0] if "__" in cell else None)
-    return backbone if backbone in catalog.backbones() else None
+    try:
+        return ResolvedCell.from_config(config).backbone.key
+    except (ReproError, KeyError, TypeError, ValueError):
+        backbone = path.name.split("__")[0] if "__" in path.name else None
+        return backbone if backbone in catalog.backbones() else None
 
 
 def _named(name: str, runs_root: Path, out: Path | None, model_path: Path | None) -> EvalTarget | None:

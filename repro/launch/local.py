@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from repro import catalog
 from repro.atomic import write_text
+from repro.cell import ResolvedCell
 from repro.errors import ReproError
 from repro.launch.attempt import THREADS_ENV
 from repro.launch.plan import CpuOptions, cpu_argv
-from repro.rundir import RunDir, cell_name
-from repro.sweep import Cell, Sweep
+from repro.rundir import RunDir
+from repro.sweep import Sweep
 
 LAUNCH_DIR = ".launch"
 OUTCOMES = ("finished", "failed", "skipped", "running elsewhere")
@@ -44,7 +44,7 @@ OUTCOMES = ("finished", "failed", "skipped", "running elsewhere")
 class CellOutcome:
     """What happened to one cell in one sweep invocation."""
 
-    cell: Cell
+    cell: ResolvedCell
     name: str
     outcome: str  # one of OUTCOMES
     exit_code: int | None = None
@@ -96,11 +96,13 @@ def launch_dir(runs_root: Path) -> Path:
     return Path(runs_root) / LAUNCH_DIR
 
 
-def cell_command(cell: Cell, sweep: Sweep, runs_root: Path, extra_args: Sequence[str], python: str) -> list[str]:
+def cell_command(
+    cell: ResolvedCell, sweep: Sweep, runs_root: Path, extra_args: Sequence[str], python: str
+) -> list[str]:
     """The `repro run` command line of one cell (module form, so no console script is needed); GPU cells
     go through `repro run` too, which numbers the attempt and starts verl on this machine."""
     argv = cpu_argv(cell, sweep, runs_root, CpuOptions(), python)
-    if catalog.get_backbone(cell.backbone).device != "cpu":
+    if not cell.is_cpu:
         argv += ["--preset", sweep.preset]
     return [*argv, *extra_args]
 
@@ -148,9 +150,9 @@ def _last_line(path: Path) -> str:
 
 
 def _run_cell(
-    cell: Cell, sweep: Sweep, runs_root: Path, extra_args: Sequence[str], python: str, threads: int
+    cell: ResolvedCell, sweep: Sweep, runs_root: Path, extra_args: Sequence[str], python: str, threads: int
 ) -> CellOutcome:
-    name = cell_name(cell.backbone, cell.method, cell.prompt_set, cell.seed)
+    name = cell.name
     path = runs_root / name
     state = _run_state(path)
     if state == "finished":
@@ -170,7 +172,7 @@ def _run_cell(
 
 
 def _launch(
-    cell: Cell,
+    cell: ResolvedCell,
     name: str,
     sweep: Sweep,
     runs_root: Path,
@@ -267,17 +269,17 @@ def run_local(
         raise ReproError(f"--max-parallel must be at least 1, got {max_parallel}")
     root = Path(runs_root).absolute()
     root.mkdir(parents=True, exist_ok=True)
-    cells = [c for c in sweep.cells() if only is None or cell_name(c.backbone, c.method, c.prompt_set, c.seed) in only]
+    cells = [c for c in sweep.cells() if only is None or c.name in only]
     threads = max(1, _cores() // min(max_parallel, max(1, len(cells))))  # each cell's share of the cores
     report = SweepReport(root)
     lock = threading.Lock()  # Popen from several threads is safe; this only orders the results list
     results: dict[int, CellOutcome] = {}
 
-    def work(index: int, cell: Cell) -> None:
+    def work(index: int, cell: ResolvedCell) -> None:
         if train:
             outcome = _run_cell(cell, sweep, root, tuple(extra_args), python, threads)
         else:
-            name = cell_name(cell.backbone, cell.method, cell.prompt_set, cell.seed)
+            name = cell.name
             state = _run_state(root / name)
             outcome = CellOutcome(cell, name, "skipped", message=f"training {state or 'not started'}")
         if sweep.eval is not None:

@@ -4,20 +4,17 @@ the same thing whichever scheduler runs it."""
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro import catalog
-from repro.cell_config import VerlRun, parse_sets, resolve_cpu_config, verl_run, verl_size_sets
+from repro.cell import ResolvedCell
 from repro.errors import ReproError
 from repro.launch.attempt import PLACEHOLDER
 from repro.loggers import ALWAYS, as_option
-from repro.rundir import cell_name
-from repro.sweep import Cell, Sweep
+from repro.sweep import Sweep
 
 
 @dataclass(frozen=True)
@@ -29,7 +26,12 @@ class CpuOptions:
 
     def verl_sets(self) -> dict[str, Any]:
         """The same knobs as verl keys, as `repro run --engine verl` maps --steps and --batch."""
-        return verl_size_sets(self.steps, self.batch)
+        out: dict[str, Any] = {}
+        if self.steps is not None:
+            out["trainer.total_training_steps"] = self.steps
+        if self.batch is not None:
+            out["data.train_batch_size"] = self.batch
+        return out
 
     def args(self) -> list[str]:
         out: list[str] = []
@@ -40,9 +42,27 @@ class CpuOptions:
         return out
 
 
+@dataclass
+class VerlRun:
+    """A verl cell as its run folder records it: the config for RunDir.prepare and the trainer command
+    (metrics file still ``attempt-NNN.jsonl``; `repro.launch.attempt` numbers it). Built by
+    `repro.cell_config.verl_run`; the launchers read it and import nothing of verl's."""
+
+    config: dict[str, Any]
+    overrides: list[str]
+    nnodes: int
+    gpus_per_node: int
+    data_files: tuple[Path, Path]  # train, validation
+    hub_sources: dict[str, str] = field(default_factory=dict)  # local file -> the Hub id it is built from
+    entry_module: str = ""  # the module whose main runs verl's trainer with these overrides
+
+    def trainer_argv(self, python: str = "python") -> list[str]:
+        return [python, "-m", self.entry_module, *self.overrides]
+
+
 @dataclass(frozen=True)
 class CellPlan:
-    cell: Cell
+    cell: ResolvedCell
     name: str
     run_dir: Path
     config: dict[str, Any]  # what RunDir.prepare records; the job's own `repro run` / attempt finds the same
@@ -61,7 +81,7 @@ def _set_args(overrides: dict[str, Any]) -> list[str]:
     return out
 
 
-def cpu_argv(cell: Cell, sweep: Sweep, runs_root: Path, options: CpuOptions, python: str) -> list[str]:
+def cpu_argv(cell: ResolvedCell, sweep: Sweep, runs_root: Path, options: CpuOptions, python: str) -> list[str]:
     """`repro run` for one CPU cell, in module form so no console script is needed."""
     return [
         python,
@@ -69,11 +89,11 @@ def cpu_argv(cell: Cell, sweep: Sweep, runs_root: Path, options: CpuOptions, pyt
         "repro.cli",
         "run",
         "--model",
-        cell.backbone,
+        cell.backbone.key,
         "--method",
-        cell.method,
+        cell.method.key,
         "--prompt-set",
-        cell.prompt_set,
+        cell.prompt_set.key,
         "--seed",
         str(cell.seed),
         "--runs-root",
@@ -87,67 +107,6 @@ def cpu_argv(cell: Cell, sweep: Sweep, runs_root: Path, options: CpuOptions, pyt
 
 def attempt_argv(run_dir: Path, trainer: Sequence[str], python: str) -> list[str]:
     return [python, "-m", "repro.launch.attempt", str(run_dir), "--", *trainer]
-
-
-def plan_cell(
-    cell: Cell, sweep: Sweep, runs_root: str | Path, options: CpuOptions | None = None, python: str = "python"
-) -> CellPlan:
-    """The plan of one cell. CPU configs resolve this machine's model and data folders, so plan CPU cells
-    on a machine that shares $REPRO_HOME with the one that runs them (a cluster's shared filesystem)."""
-    options = options or CpuOptions()
-    root = Path(runs_root).absolute()
-    name = cell_name(cell.backbone, cell.method, cell.prompt_set, cell.seed)
-    run_dir = root / name
-    if catalog.get_backbone(cell.backbone).device == "cpu":
-        argv = cpu_argv(cell, sweep, root, options, python)
-        sets = parse_sets([a for prev, a in itertools.pairwise(argv) if prev == "--set"])
-        if sweep.engine == "verl":  # the job's `repro run --engine verl` records the same verl config
-            sets.update(options.verl_sets())
-            spec = verl_run(
-                cell.backbone, cell.method, cell.prompt_set, cell.seed, run_dir, sets=sets, loggers=sweep.loggers
-            )
-            return CellPlan(cell, name, run_dir, spec.config, argv, None)
-        config, _note = resolve_cpu_config(
-            cell.backbone, cell.method, cell.prompt_set, cell.seed, options.steps, options.batch, sets
-        )
-        return CellPlan(cell, name, run_dir, config.to_dict(), argv, None)
-    spec = verl_run(
-        cell.backbone,
-        cell.method,
-        cell.prompt_set,
-        cell.seed,
-        run_dir,
-        preset=sweep.preset,
-        sets=sweep.overrides,
-        loggers=sweep.loggers,
-    )
-    return CellPlan(cell, name, run_dir, spec.config, attempt_argv(run_dir, spec.trainer_argv(), python), spec)
-
-
-def verify_gpu_plans(plans: Sequence[CellPlan], sweep: Sweep, python: str | None = None) -> dict[str, Any]:
-    """Every GPU cell of a sweep through `repro run`'s own checks (composition, typed `overrides:`, vLLM's
-    admission rules) before one is submitted: a typo in the sweep file is one line naming the cell here, not 28
-    jobs failing on their nodes. Returns each GPU cell's preflight by name, whose stack check (of the
-    interpreter `python` the jobs will use) a submission requires and a dry run shows."""
-    from repro.verl_plugin.preflight import verify_cell
-
-    reports: dict[str, Any] = {}
-    for plan in plans:
-        if plan.gpu is None:
-            continue
-        c = plan.cell
-        try:
-            _cfg, reports[plan.name] = verify_cell(
-                plan.gpu,
-                model=c.backbone,
-                method=c.method,
-                prompt_set=c.prompt_set,
-                sets=sweep.overrides,
-                python=python,
-            )
-        except ReproError as exc:
-            raise ReproError(f"{plan.name}: {exc}") from None
-    return reports
 
 
 def stack_report(reports: dict[str, Any]) -> list[str]:
@@ -184,10 +143,9 @@ __all__ = [
     "PLACEHOLDER",
     "CellPlan",
     "CpuOptions",
+    "VerlRun",
     "attempt_argv",
     "cpu_argv",
-    "plan_cell",
     "require_stack",
     "stack_report",
-    "verify_gpu_plans",
 ]

@@ -86,7 +86,7 @@ def signal_margin(plan: CellPlan, options: SlurmOptions) -> int:
     if plan.gpu is not None and plan.cell is not None:
         from repro.launch.allocation_end import from_overrides
 
-        default = from_overrides(plan.cell.backbone, plan.gpu.overrides).margin_s
+        default = from_overrides(plan.cell.backbone.key, plan.gpu.overrides).margin_s
     else:
         default = GPU_SIGNAL_MARGIN if plan.gpu else CPU_SIGNAL_MARGIN
     return max(1, min(default, time_seconds(options.time) // 2))

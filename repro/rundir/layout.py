@@ -9,10 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-
-def cell_name(backbone: str, method: str, prompt_set: str, seed: int) -> str:
-    """The folder name of one grid cell; `collect` parses it back, so the separator is a double underscore."""
-    return f"{backbone}__{method}__{prompt_set}__s{seed}"
+from repro.cell import cell_name  # noqa: F401  (the name of a cell's folder: the resolved cell's)
 
 
 class RunLayout:

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from repro import catalog
+from repro.cell import ResolvedCell
 from repro.errors import ReproError
 from repro.launch.allocation_end import BARRIER_FLOOR_S, DIST_TIMEOUT_ENV
 from repro.loggers import TENSORBOARD_ENV, TENSORBOARD_FOLDER, parse_loggers
-from repro.rundir import cell_name
 from repro.sampling.policies import policy_for
 from repro.sampling.settings import SETTINGS
 from repro.verl_plugin.retention import KEPT_ENV
@@ -40,18 +40,14 @@ PLUGIN_MODULE = "repro.verl_plugin.register"
 ENV_VARS_KEY = "ray_init.runtime_env.env_vars."
 CPU_MODULE = "repro.verl_plugin.cpu"  # loaded only for CPU cells
 ENTRY_MODULE = "repro.verl_plugin.entry"
-PRESETS = ("paper", "released")
-RELEASED_EST = "est-released"  # the method whose sampler `--preset released` gives every Est cell
-CPU_PRESET = "cpu"  # a CPU backbone's rehearsal: the CPU trainer's scaled values (repro.local.config)
 
 
 @dataclass
 class VerlCell:
-    backbone: str
-    method: str
-    prompt_set: str
-    seed: int
-    preset: str = "paper"
+    """A resolved cell with what its run on this machine adds: the data files, the run folder, the weights
+    verl loads, the loggers, the user's overrides and the environment of verl's Ray workers."""
+
+    cell: ResolvedCell
     train_file: str = ""
     val_file: str = ""
     run_dir: Path = Path("runs")
@@ -59,25 +55,12 @@ class VerlCell:
     wandb: bool = False  # the old --wandb flag: adds wandb to `loggers`
     overrides: dict[str, Any] = field(default_factory=dict)
     model_path: str = ""  # a CPU backbone's local model folder, or the user's `--model-path` (else the Hub id)
-    label: str = ""  # the cell's backbone field when the weights are not the backbone's own (`--model-path`)
     loggers: tuple[str, ...] = ()  # repro.loggers names; console and file are always in trainer.logger
     env: dict[str, str] = field(default_factory=dict)  # for verl's Ray workers: a GPU cell's offline Hub cache
 
     @property
     def name(self) -> str:
-        return cell_name(self.label or self.backbone, self.method, self.prompt_set, self.seed)
-
-
-def _hp(name: str, preset: str, backbone: str = "") -> Any:
-    if preset == CPU_PRESET:
-        scaling = catalog.cpu_scaling(backbone)
-        if name in scaling:
-            return scaling[name].value
-        preset = "paper"
-    setting = catalog.hyperparameters()[name]
-    if preset == "released" and setting.released is not None:
-        return setting.released
-    return setting.value
+        return self.cell.name
 
 
 # A string Hydra's override grammar reads back as this very string when unquoted: a letter, '_' or '/'
@@ -188,43 +171,32 @@ def _spec_items(spec) -> dict[str, Any]:
     return {key: value for key, value in values.items() if key not in _UNREAD_SPEC_KEYS.get(spec.kind, ())}
 
 
-def released_overrides(backbone: str, method: str) -> dict[str, catalog.Setting]:
-    """The verl overrides `--preset released` takes from the released script of `method`'s kind, each a
-    catalog Setting with its source (released_preset.yaml); empty for a CPU backbone or a kind without a
-    released script (dapo), which keep the paper preset plus the hyperparameters' `released` values."""
-    if catalog.get_backbone(backbone).device == "cpu":
-        return {}
-    script = catalog.released_script(catalog.get_method(method).kind)
-    return {} if script is None else script.applied(backbone)
-
-
-def released_report(backbone: str, method: str, overrides: list[str]) -> list[str]:
+def released_report(cell: ResolvedCell, overrides: list[str]) -> list[str]:
     """The dry run's account of the released preset: every value it passed with its source (marked where a
     --set replaced it), then every released value verl 0.9.1 does not get, with the reason."""
-    if catalog.get_backbone(backbone).device == "cpu":
+    if cell.is_cpu:
         return ["released preset: not applied to a CPU backbone (its rehearsal keeps the CPU scaling)"]
-    kind = catalog.get_method(method).kind
-    script = catalog.released_script(kind)
+    script = cell.released
     if script is None:
         return [
-            f"released preset: no released script trained {kind} methods; the paper preset applies, with the "
-            "hyperparameters' released values (entropy_coeff, total_training_steps)"
+            f"released preset: no released script trained {cell.method.kind} methods; the paper preset applies, "
+            "with the hyperparameters' released values (entropy_coeff, total_training_steps)"
         ]
     lines = [f"released preset: {script.script} of {script.repository}; each value <- its source"]
-    lines += _setting_lines(script.applied(backbone), overrides)
+    lines += _setting_lines(cell.released_settings(), overrides)
     lines.append(f"released values verl 0.9.1 does not get ({script.script}):")
     for key, setting in script.not_passed.items():
         lines.append(f"  {key}={_fmt(setting.value)}: {setting.note}")
     return lines
 
 
-def async_report(method: str, overrides: list[str]) -> list[str]:
+def async_report(cell: ResolvedCell, overrides: list[str]) -> list[str]:
     """The dry run's account of an async cell: every verl setting the async schedule adds, with its reason
     (marked where a --set replaced it)."""
-    if not catalog.get_method(method).asynchronous:
+    if not cell.schedule:
         return []
     lines = ["async schedule (repro/catalog/async_schedule.yaml); each value <- its reason"]
-    return lines + _setting_lines(catalog.async_schedule(), overrides)
+    return lines + _setting_lines(cell.schedule, overrides)
 
 
 def _setting_lines(settings: Mapping[str, catalog.Setting], overrides: list[str]) -> list[str]:
@@ -255,93 +227,79 @@ def _put(o: dict[str, Any], key: str, value: Any, keep_null: bool = False) -> No
         o[matches[0] if matches else key] = value
 
 
-def build_overrides(cell: VerlCell) -> list[str]:
-    if cell.preset not in PRESETS:
-        raise ReproError(f"unknown preset {cell.preset!r}; valid presets: {', '.join(PRESETS)}")
-    backbone = catalog.get_backbone(cell.backbone)
-    cpu = backbone.device == "cpu"
-    method = catalog.get_method(cell.method)
-    catalog.get_prompt_set(cell.prompt_set)
-    spec = method.sampler_spec(seed=cell.seed)
-    if cell.preset == "released" and spec.kind == "seq":
-        spec = spec.with_(downsample=method.sampler["downsample"].released or "first")
-    if cell.preset == "released" and spec.kind == "est":
-        # the released script ran Est through ray_trainer_ema.py: its sampler is est-released's
-        spec = catalog.get_method(RELEASED_EST).sampler_spec(seed=cell.seed)
-    if cpu:
-        resources, cpu_overrides = catalog.cpu_resources(cell.backbone)
-    else:
-        resources, cpu_overrides = catalog.gpu_resources(cell.backbone), {}
-    res = {k: v.value for k, v in resources.items()}
-    loggers = parse_loggers(cell.loggers, wandb=cell.wandb)
-    p = CPU_PRESET if cpu else cell.preset
+def build_overrides(verl_cell: VerlCell) -> list[str]:
+    cell = verl_cell.cell
+    backbone, cpu, spec = cell.backbone, cell.is_cpu, cell.sampler
+    res = {k: v.value for k, v in cell.resources.items()}
+    loggers = parse_loggers(verl_cell.loggers, wandb=verl_cell.wandb)
+    hp = cell.hp
     o: dict[str, Any] = {
-        "data.train_files": cell.train_file,
-        "data.val_files": cell.val_file,
-        "data.train_batch_size": _hp("train_prompt_batch_size", p, cell.backbone),
-        "data.max_prompt_length": _hp("max_prompt_length", p, cell.backbone),
-        "data.max_response_length": _hp("max_response_length", p, cell.backbone),
+        "data.train_files": verl_cell.train_file,
+        "data.val_files": verl_cell.val_file,
+        "data.train_batch_size": hp("train_prompt_batch_size"),
+        "data.max_prompt_length": hp("max_prompt_length"),
+        "data.max_response_length": hp("max_response_length"),
         "data.seed": cell.seed,
-        "actor_rollout_ref.model.path": cell.model_path or backbone.hf_id,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": _hp("ppo_mini_batch_size", p, cell.backbone),
+        "actor_rollout_ref.model.path": verl_cell.model_path or backbone.hf_id,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": hp("ppo_mini_batch_size"),
         "actor_rollout_ref.actor.use_dynamic_bsz": True,
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": res["actor.ppo_max_token_len_per_gpu"],
-        "actor_rollout_ref.actor.optim.lr": _hp("lr", p, cell.backbone),
-        "actor_rollout_ref.actor.optim.lr_warmup_steps": _hp("lr_warmup_steps", p, cell.backbone),
-        "actor_rollout_ref.actor.optim.lr_scheduler_type": _hp("lr_schedule", p, cell.backbone),
-        "actor_rollout_ref.actor.optim.weight_decay": _hp("weight_decay", p, cell.backbone),
-        "actor_rollout_ref.actor.optim.clip_grad": _hp("grad_clip", p, cell.backbone),
-        "actor_rollout_ref.actor.clip_ratio_low": _hp("clip_ratio_low", p, cell.backbone),
-        "actor_rollout_ref.actor.clip_ratio_high": _hp("clip_ratio_high", p, cell.backbone),
-        "actor_rollout_ref.actor.loss_agg_mode": _hp("loss_agg_mode", p, cell.backbone),
-        "actor_rollout_ref.actor.entropy_coeff": _hp("entropy_coeff", p, cell.backbone),
-        "actor_rollout_ref.actor.use_kl_loss": _hp("use_kl_loss", p, cell.backbone),
+        "actor_rollout_ref.actor.optim.lr": hp("lr"),
+        "actor_rollout_ref.actor.optim.lr_warmup_steps": hp("lr_warmup_steps"),
+        "actor_rollout_ref.actor.optim.lr_scheduler_type": hp("lr_schedule"),
+        "actor_rollout_ref.actor.optim.weight_decay": hp("weight_decay"),
+        "actor_rollout_ref.actor.optim.clip_grad": hp("grad_clip"),
+        "actor_rollout_ref.actor.clip_ratio_low": hp("clip_ratio_low"),
+        "actor_rollout_ref.actor.clip_ratio_high": hp("clip_ratio_high"),
+        "actor_rollout_ref.actor.loss_agg_mode": hp("loss_agg_mode"),
+        "actor_rollout_ref.actor.entropy_coeff": hp("entropy_coeff"),
+        "actor_rollout_ref.actor.use_kl_loss": hp("use_kl_loss"),
         # every cell, GPU or CPU, on the engine the CPU rehearsal runs (catalog: fsdp_strategy)
-        "actor_rollout_ref.actor.strategy": _hp("fsdp_strategy", p, cell.backbone),
-        "actor_rollout_ref.ref.strategy": _hp("fsdp_strategy", p, cell.backbone),
+        "actor_rollout_ref.actor.strategy": hp("fsdp_strategy"),
+        "actor_rollout_ref.ref.strategy": hp("fsdp_strategy"),
         "actor_rollout_ref.actor.fsdp_config.param_offload": res["actor.fsdp_config.param_offload"],
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload": res["actor.fsdp_config.optimizer_offload"],
         "actor_rollout_ref.rollout.name": "vllm",
         "actor_rollout_ref.rollout.n": rollout_n(spec),
-        "actor_rollout_ref.rollout.temperature": _hp("temperature", p, cell.backbone),
-        "actor_rollout_ref.rollout.top_p": _hp("top_p", p, cell.backbone),
+        "actor_rollout_ref.rollout.temperature": hp("temperature"),
+        "actor_rollout_ref.rollout.top_p": hp("top_p"),
         "actor_rollout_ref.rollout.tensor_model_parallel_size": res["rollout.tensor_model_parallel_size"],
         "actor_rollout_ref.rollout.gpu_memory_utilization": res["rollout.gpu_memory_utilization"],
         "actor_rollout_ref.rollout.seed": rollout_seed(cell.seed),
         MAX_MODEL_LEN_KEY: None,  # prompt + response, once the user's overrides are in (below)
-        "algorithm.use_kl_in_reward": _hp("use_kl_in_reward", p, cell.backbone),
+        "algorithm.use_kl_in_reward": hp("use_kl_in_reward"),
         "reward.custom_reward_function.path": "pkg://repro.reward",
         "reward.custom_reward_function.name": "compute_score",
         "trainer.nnodes": res["nnodes"],
         "trainer.n_gpus_per_node": res["n_gpus_per_node"],
-        "trainer.total_training_steps": _hp("total_training_steps", p, cell.backbone),
+        "trainer.total_training_steps": hp("total_training_steps"),
         "trainer.total_epochs": None,  # from the training-set size, once the user's overrides are in (below)
-        "trainer.save_freq": _hp("eval_every_steps", p, cell.backbone),
+        "trainer.save_freq": hp("eval_every_steps"),
         # verl keeps every save (null); the plugin keeps the newest K whole, across allocations, and slims
         # the older ones to their bf16 Hugging Face weights (repro.verl_plugin.retention)
         "trainer.max_actor_ckpt_to_keep": None,
         "trainer.max_critic_ckpt_to_keep": None,
-        f"+ray_kwargs.{ENV_VARS_KEY}{KEPT_ENV}": _hp("checkpoints_kept", p, cell.backbone),
-        "actor_rollout_ref.actor.checkpoint.save_contents": _hp("checkpoint_save_contents", p, cell.backbone),
+        f"+ray_kwargs.{ENV_VARS_KEY}{KEPT_ENV}": hp("checkpoints_kept"),
+        "actor_rollout_ref.actor.checkpoint.save_contents": hp("checkpoint_save_contents"),
         "trainer.test_freq": -1,
         "trainer.val_before_train": False,
         "trainer.logger": list(loggers),
         "trainer.project_name": "repro",
         "trainer.experiment_name": cell.name,
         # absolute: a cluster job (and verl's Ray workers) may start in another directory
-        "trainer.default_local_dir": os.path.abspath(Path(cell.run_dir) / "checkpoints"),
+        "trainer.default_local_dir": os.path.abspath(Path(verl_cell.run_dir) / "checkpoints"),
         "trainer.resume_mode": "auto",
         "trainer.v1.trainer_mode": TRAINER_MODE,
         "trainer.checkpoint_callback_class": CHECKPOINT_CALLBACK,
         # every Ray process imports the plugin (estimator registration) before verl runs
         "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
     }
-    if cell.metrics_file:
-        o["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"] = os.path.abspath(cell.metrics_file)
+    if verl_cell.metrics_file:
+        o["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"] = os.path.abspath(verl_cell.metrics_file)
     if "tensorboard" in loggers:  # verl's _TensorboardAdapter reads it in the trainer process
-        tensorboard = os.path.abspath(Path(cell.run_dir) / TENSORBOARD_FOLDER)
+        tensorboard = os.path.abspath(Path(verl_cell.run_dir) / TENSORBOARD_FOLDER)
         o[f"+ray_kwargs.{ENV_VARS_KEY}{TENSORBOARD_ENV}"] = tensorboard
-    for name, value in cell.env.items():  # every Ray worker reads the weights offline (repro.weights_cache)
+    for name, value in verl_cell.env.items():  # every Ray worker reads the weights offline (repro.weights_cache)
         o[f"+ray_kwargs.{ENV_VARS_KEY}{name}"] = value
     max_pos = res.get("model.override_config.max_position_embeddings")
     if max_pos:
@@ -364,22 +322,20 @@ def build_overrides(cell: VerlCell) -> list[str]:
         o["+actor_rollout_ref.rollout.agent.agent_loop_manager_class"] = MANAGER_CLASS
         for key, value in _spec_items(spec).items():
             o[f"+algorithm.reinforce_ada.{key}"] = value
-    if cell.preset == "released" and not cpu:  # the released script's values replace the paper's, key by key
-        for key, setting in released_overrides(cell.backbone, cell.method).items():
-            _put(o, key, setting.value)
+    for key, setting in cell.released_settings().items():  # the released script's values replace the paper's
+        _put(o, key, setting.value)
     if cpu:  # after the shared part, before the user's own overrides
         o["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES"] = f"{PLUGIN_MODULE},{CPU_MODULE}"
-        for key, setting in cpu_overrides.items():
+        for key, setting in cell.device_overrides.items():
             o[key] = setting.value
-    if method.asynchronous:  # verl's colocate_async trainer, staleness bounded, importance-corrected
-        for key, setting in catalog.async_schedule().items():
-            _put(o, key, setting.value)
-    for key, value in cell.overrides.items():
+    for key, setting in cell.schedule.items():  # METHOD-async: verl's colocate_async trainer, staleness bounded
+        _put(o, key, setting.value)
+    for key, value in verl_cell.overrides.items():
         _put(o, key, value, keep_null=True)
     # An explicit context for vLLM: left null, verl's server would take max_position_embeddings after
     # model.override_config (32768 for Qwen2.5-Math under the released override), which vLLM refuses above
     # the checkpoint's own 4096. prompt + response is what the released (older) verl passed too.
-    if o.get(MAX_MODEL_LEN_KEY) is None and not any(k.lstrip("+") == MAX_MODEL_LEN_KEY for k in cell.overrides):
+    if o.get(MAX_MODEL_LEN_KEY) is None and not any(k.lstrip("+") == MAX_MODEL_LEN_KEY for k in verl_cell.overrides):
         lengths = (o["data.max_prompt_length"], o["data.max_response_length"])
         if all(isinstance(v, int) and not isinstance(v, bool) for v in lengths):
             o[MAX_MODEL_LEN_KEY] = sum(lengths)
@@ -395,7 +351,7 @@ def build_overrides(cell: VerlCell) -> list[str]:
     # the FSDP workers' process group waits this long at the save's barrier (repro.verl_plugin.dist_timeout)
     timeout_key = f"+ray_kwargs.{ENV_VARS_KEY}{DIST_TIMEOUT_ENV}"
     if not any(k.lstrip("+") == timeout_key.lstrip("+") for k in o):
-        o[timeout_key] = BARRIER_FLOOR_S if cpu else _barrier_timeout(cell.backbone, o)
+        o[timeout_key] = BARRIER_FLOOR_S if cpu else _barrier_timeout(backbone.key, o)
     # Ray takes runtime-env variables as strings only: `...env_vars.X=1` must reach it as '1'
     return [f"{k}={_fmt(str(v) if ENV_VARS_KEY in k else v)}" for k, v in o.items()]
 

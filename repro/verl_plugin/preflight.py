@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro import catalog, vllm_cpu
+from repro import vllm_cpu
+from repro.catalog import Backbone
+from repro.cell import ResolvedCell
 from repro.launch.allocation_end import AllocationEnd
 from repro.rundir.slim import SLIM_DTYPE
 from repro.sizes import size_text
@@ -217,32 +219,31 @@ class Preflight:
             raise ReproError(f"stack check ({self.python}): {bad[0].detail}{more}")
 
 
-def checkpoint_config(cfg: Any, model: str) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
+def checkpoint_config(cfg: Any, backbone: Backbone) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
     """The checkpoint's config.json and tokenizer_config.json as vLLM will read them: the local model folder's
     own files when the cell points at one, else the catalog's facts of the backbone (no Hub access here)."""
     path = Path(str(cfg.actor_rollout_ref.model.path))
     if (path / "config.json").is_file():
         config, tokenizer = read_model_config(path)
         return config, tokenizer, f"{path}/config.json"
-    backbone = catalog.get_backbone(model)
-    return {"max_position_embeddings": backbone.context_length}, None, f"the catalog's {model} context_length"
+    return {"max_position_embeddings": backbone.context_length}, None, f"the catalog's {backbone.key} context_length"
 
 
-def _vllm_folder(cfg: Any, model: str) -> Path | None:
+def _vllm_folder(cfg: Any, backbone: Backbone) -> Path | None:
     """The local model folder the installed vLLM should judge a GPU cell's context on (its own ModelConfig,
     its own words), or None: a Hub id (vLLM would ask the Hub) or a CPU cell, where importing vLLM (6-20 s)
     would double a dry run and the restatement, checked against vLLM by the tests, answers alike."""
     path = Path(str(cfg.actor_rollout_ref.model.path))
-    if catalog.get_backbone(model).device == "cpu" or not (path / "config.json").is_file():
+    if backbone.device == "cpu" or not (path / "config.json").is_file():
         return None
     return path
 
 
-def admission(cfg: Any, model: str) -> tuple[Admission, int | None]:
+def admission(cfg: Any, backbone: Backbone) -> tuple[Admission, int | None]:
     """What verl's vLLM server and vLLM would make of this cell's context (VLLMRefusal when they refuse)."""
     from omegaconf import OmegaConf
 
-    config, tokenizer, _ = checkpoint_config(cfg, model)
+    config, tokenizer, _ = checkpoint_config(cfg, backbone)
     rollout = cfg.actor_rollout_ref.rollout
     node = cfg.actor_rollout_ref.model.get("override_config")
     override = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node or {})
@@ -254,17 +255,15 @@ def admission(cfg: Any, model: str) -> tuple[Admission, int | None]:
         override,
         tokenizer,
         runtime_env(cfg),
-        folder=_vllm_folder(cfg, model),
+        folder=_vllm_folder(cfg, backbone),
     )
     return result, config.get("max_position_embeddings")
 
 
 def preflight(
     cfg: Any,
+    cell: ResolvedCell,
     *,
-    model: str,
-    method: str,
-    prompt_set: str,
     hub_sources: dict[str, str] | None = None,
     overrides: list[str] | None = None,
     python: str | None = None,
@@ -278,12 +277,11 @@ def preflight(
     train_file = files if isinstance(files, str) else ", ".join(str(f) for f in files)
     n = count_prompts(files if isinstance(files, str) else [str(f) for f in files])
     batch, steps = int(cfg.data.train_batch_size), cfg.trainer.total_training_steps
-    backbone = catalog.get_backbone(model)
-    pass_rate = catalog.get_prompt_set(prompt_set).pass_rate
+    backbone, model, method, pass_rate = cell.backbone, cell.backbone.key, cell.method.key, cell.prompt_set.pass_rate
     cpu_cell, cuda = backbone.device == "cpu", bool(torch.cuda.is_available())
     problems: list[str] = []
     try:
-        found, positions = admission(cfg, model)
+        found, positions = admission(cfg, backbone)
         prompt, response = int(cfg.data.max_prompt_length), int(cfg.data.max_response_length)
         context = found.line(prompt, response, positions)
     except VLLMRefusal as exc:
@@ -362,7 +360,7 @@ def _size(n: float) -> str:
 
 
 def verify_cell(
-    spec: Any, *, model: str, method: str, prompt_set: str, sets: dict[str, Any], python: str | None = None
+    spec: Any, cell: ResolvedCell, *, sets: dict[str, Any], python: str | None = None
 ) -> tuple[Any, Preflight]:
     """Everything a GPU cell can be checked for without its node, or one ReproError line: verl's composition and
     validate_config, the user's `--set` / sweep `overrides:` against verl's typed config classes (the cell without
@@ -383,9 +381,7 @@ def verify_cell(
             raise ReproError(f"verl's typed config refuses {errors[0]}{more}; fix the --set or the sweep's overrides")
     report = preflight(
         cfg,
-        model=model,
-        method=method,
-        prompt_set=prompt_set,
+        cell,
         hub_sources=spec.hub_sources,
         overrides=spec.overrides,
         python=python,

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro.cell_config import fetch_hub_inputs
+from repro.cell_plan import plan_cell, verify_gpu_plans
 from repro.errors import ReproError
 from repro.launch.jobs import Scheduler, record_job
 from repro.launch.local import claim_cell
-from repro.launch.plan import CellPlan, CpuOptions, plan_cell, require_stack, verify_gpu_plans
+from repro.launch.plan import CellPlan, CpuOptions, require_stack
 from repro.launch.state import CellState, cell_state
 from repro.rundir import RunDir
 from repro.sweep import Sweep
@@ -58,7 +59,7 @@ class SubmitReport:
 def _submit_one(plan: CellPlan, scheduler: Scheduler, sweep: Sweep, say: Callable[[str], None] = print) -> dict:
     """Prepare the run folder (the job's own `repro run` then resumes it), submit, record the job."""
     if plan.gpu is not None:  # released sets by Hub id: fetched here, where the network is
-        fetch_hub_inputs(plan.gpu, plan.cell.backbone)
+        fetch_hub_inputs(plan.gpu, plan.cell.backbone.key)
         plan = keep_recorded_plan(plan, say)  # a run recorded with its weights elsewhere keeps them (and says so)
     RunDir.prepare(plan.run_dir, plan.config, ["repro", "sweep", "run", sweep.name, f"--launcher={scheduler.name}"])
     if sweep.eval is not None and scheduler.name == "ray":  # the training job submits its own evaluation
