@@ -65,6 +65,7 @@ class ResolvedCell:
     released: ReleasedScript | None  # the released script of the method's kind (None: none was released)
     schedule: Mapping[str, Setting]  # verl's async schedule for a METHOD-async verl cell, else empty
     hyperparameters: Mapping[str, Setting]  # the shared hyperparameters at this cell's values
+    scaled: Mapping[str, Setting]  # a CPU backbone's scaling of the paper's values (cpu_scaling.yaml), else empty
     resources: Mapping[str, Setting]  # verl's resources of the backbone (gpu_resources.yaml or cpu_resources.yaml)
     device_overrides: Mapping[str, Setting]  # a CPU rehearsal's full-path verl overrides, else empty
     model_path: str | None = None  # `--model-path`: the user's weights trained with the backbone's settings
@@ -225,6 +226,7 @@ def resolve_cell(
         released=catalog.released_script(entry.kind),
         schedule=catalog.async_schedule() if entry.asynchronous and chosen_engine == "verl" else {},
         hyperparameters=_hyperparameters(backbone, preset),
+        scaled=catalog.cpu_scaling(backbone.key) if backbone.device == "cpu" else {},
         resources=resources,
         device_overrides=device_overrides,
         model_path=model_path,

@@ -37,8 +37,9 @@ def build_cpu_config(cell: ResolvedCell, steps: int | None, batch: int | None, s
 
     model = cell.backbone.key
     schedule = {"async_rollout": True} if cell.method.asynchronous else {}
-    train = CpuTrainConfig.from_catalog(
-        {**schedule, **(sets or {}), "total_training_steps": steps, "train_prompt_batch_size": batch}, backbone=model
+    train = CpuTrainConfig.from_settings(
+        cell.hyperparameters,
+        {**schedule, **(sets or {}), "total_training_steps": steps, "train_prompt_batch_size": batch},
     )
     data = {
         "task": "tiny-arith",
@@ -57,7 +58,7 @@ def build_cpu_config(cell: ResolvedCell, steps: int | None, batch: int | None, s
         sampler=cell.sampler.to_dict(),
         model=_model_record(cell.backbone),
         data=data,
-        scaled=scaled_record(train, model),
+        scaled=scaled_record(train, cell.scaled),
     )
 
 

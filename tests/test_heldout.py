@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
+from repro.cell import resolve_cell
 from repro.cli import main
 from repro.errors import ReproError
 from repro.local import heldout
@@ -51,11 +52,11 @@ def test_eval_steps_and_seeds_are_fixed_by_step_alone():
 
 
 def test_defaults_and_bad_settings():
-    cfg = CpuTrainConfig.from_catalog({})
+    cfg = CpuTrainConfig.from_settings(resolve_cell("tiny-arith", "grpo-n4").hyperparameters, {})
     assert (cfg.eval_every, cfg.heldout_per_tier, cfg.heldout_samples) == (10, 16, 4)
     for bad in ({"eval_every": -1}, {"heldout_samples": 0}, {"heldout_per_tier": 47}):
         with pytest.raises(ReproError, match="held-out evaluation needs"):
-            CpuTrainConfig.from_catalog(bad)
+            CpuTrainConfig.from_settings(resolve_cell("tiny-arith", "grpo-n4").hyperparameters, bad)
 
 
 def test_the_heldout_set_is_16_problems_of_each_tier_and_none_is_trained_on(tiny_env):

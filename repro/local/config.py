@@ -6,20 +6,16 @@ so a reader of config.yaml can tell the miniature from the real thing at a glanc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from repro import arithmetic, catalog
+from repro.catalog import Setting
 from repro.errors import ReproError
 from repro.tasks.tiny_arith import TIERS
 
 HELDOUT_MAX_PER_TIER = min(int(t["size"]) for t in TIERS.values())
-
-
-def cpu_scaling(backbone: str) -> dict[str, tuple[Any, str]]:
-    """name -> (CPU value, why) for a CPU backbone (repro/catalog/cpu_scaling.yaml); the paper's value is
-    read from hyperparameters.yaml."""
-    return {name: (setting.value, setting.source) for name, setting in catalog.cpu_scaling(backbone).items()}
 
 
 @dataclass(frozen=True)
@@ -51,15 +47,9 @@ class CpuTrainConfig:
     async_rollout: bool = False
 
     @classmethod
-    def from_catalog(cls, overrides: dict[str, Any], backbone: str = "tiny-arith") -> CpuTrainConfig:
-        shared = catalog.hyperparameters()
-        scaling = cpu_scaling(backbone)
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name in scaling:
-                values[f.name] = scaling[f.name][0]
-            elif f.name in shared:
-                values[f.name] = shared[f.name].value
+    def from_settings(cls, settings: Mapping[str, Setting], overrides: dict[str, Any]) -> CpuTrainConfig:
+        """The resolved cell's hyperparameters (its CPU scaling over the paper's values), then `overrides`."""
+        values: dict[str, Any] = {f.name: settings[f.name].value for f in fields(cls) if f.name in settings}
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(overrides) - known)
         if unknown:
@@ -118,10 +108,11 @@ class RunConfig:
         return out
 
 
-def scaled_record(train: CpuTrainConfig, backbone: str = "tiny-arith") -> dict[str, dict[str, Any]]:
+def scaled_record(train: CpuTrainConfig, scaled: Mapping[str, Setting]) -> dict[str, dict[str, Any]]:
+    """Each value the CPU scaling changes (the resolved cell's `scaled`): the paper's, the CPU's, and why."""
     shared = catalog.hyperparameters()
     out = {}
-    for name, (_, why) in cpu_scaling(backbone).items():
+    for name, setting in scaled.items():
         paper = shared[name].value if name in shared else None
-        out[name] = {"paper": paper, "cpu": getattr(train, name), "why": why}
+        out[name] = {"paper": paper, "cpu": getattr(train, name), "why": setting.source}
     return out
