@@ -199,6 +199,7 @@ def verl_run(
     loggers: tuple[str, ...] = (),
 ) -> VerlRun:
     from repro.launch.attempt import PLACEHOLDER
+    from repro.node_check import node_check_argv
     from repro.verl_plugin.config_builder import ENTRY_MODULE, VerlCell, build_overrides
 
     weights = ""
@@ -235,12 +236,14 @@ def verl_run(
         config.update(backbone=cell.backbone.key, model_path=weights)
     if hub_sources:  # only then, so run folders written before Hub inputs existed keep their config
         config["hub_sources"] = hub_sources
+    gpus_per_node = int(values.get("trainer.n_gpus_per_node", 8))
     return VerlRun(
         entry_module=ENTRY_MODULE,
+        node_check=node_check_argv(Path(path), overrides, gpus_per_node),
         config=config,
         overrides=overrides,
         nnodes=int(values.get("trainer.nnodes", 1)),
-        gpus_per_node=int(values.get("trainer.n_gpus_per_node", 8)),
+        gpus_per_node=gpus_per_node,
         data_files=(train, val),
         hub_sources=hub_sources,
     )

@@ -19,8 +19,8 @@ from repro.evaluation.shards import eval_lock, eval_lock_holder
 from repro.launch.attempt import run_attempt
 from repro.launch.eval_stage import kept_steps
 from repro.rundir import RunDir
+from repro.rundir.retention import KEPT_OVERRIDE, kept_from_env, kept_from_overrides, retain
 from repro.rundir.slim import MARKER, data_bytes, slim_save
-from repro.verl_plugin.retention import KEPT_OVERRIDE, kept_from_env, kept_from_overrides, retain
 
 
 def _run(tmp_path: Path, steps: range, tracked: int, sharded: tuple[int, ...] = ()) -> Path:

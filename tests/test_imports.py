@@ -41,11 +41,8 @@ LAYERS_HEADING = "### Layers"
 # to; a new upward import moves the shared piece down a layer instead. The resolved cell (repro/cell.py) took
 # three away: cells are planned and checked above the launchers (repro/cell_plan.py, repro/sweep_submit.py).
 KNOWN_UPWARD = (
-    # the attempt wrapper slims old verl saves and falls back from flash-attn; the job scripts run the node check
-    ("repro.launch.attempt", "repro.verl_plugin.retention"),
+    # the attempt wrapper falls back from flash-attn to sdpa when the node cannot import it
     ("repro.launch.attempt", "repro.stack_check"),
-    ("repro.launch.ray_jobs", "repro.node_check"),
-    ("repro.launch.slurm", "repro.node_check"),
     # evaluation's tiny-model backend and weights reach into the CPU engine (repro.local)
     ("repro.evaluation.generation", "repro.local.generate"),
     ("repro.evaluation.generation", "repro.local.model"),

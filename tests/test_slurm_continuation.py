@@ -31,6 +31,7 @@ from repro.launch.attempt import run_attempt
 from repro.launch.jobs import job_records
 from repro.launch.plan import CellPlan, CpuOptions
 from repro.launch.slurm import SlurmOptions, SlurmScheduler, render_script
+from repro.node_check import node_check_argv
 from repro.rundir import RunDir, cell_name
 from repro.rundir.attempts import first_logged_step, last_logged_step
 from repro.sweep import load_sweep
@@ -65,7 +66,8 @@ def test_the_script_asks_for_a_warning_requeues_and_bounds_its_allocations(tmp_p
     assert f"stop_file={run / STOP_REQUEST}" in text
     assert "    run &\ncell=$!" in text  # the cell in the background, so the traps run while it trains
     assert subprocess.run(["bash", "-n", str(cpu)]).returncode == 0
-    gpu = SimpleNamespace(nnodes=2, gpus_per_node=8, overrides=[])  # a VerlRun's fields the script reads
+    # a VerlRun's fields the script reads (its node check as repro.cell_config.verl_run builds it)
+    gpu = SimpleNamespace(nnodes=2, gpus_per_node=8, overrides=[], node_check=node_check_argv(run, [], 8))
     multi = _script(
         tmp_path, _plan(run, ["python", "-m", "repro.launch.attempt"], gpu), SlurmOptions(max_allocations=2)
     )
@@ -441,7 +443,7 @@ sys.path.insert(0, {tests!r})
 from verl_layout import TRACKER, write_save
 from repro.launch.allocations import honour, stop_request
 from repro.rundir.slim import is_slimmed
-from repro.verl_plugin.retention import kept_from_overrides, retain
+from repro.rundir.retention import kept_from_overrides, retain
 
 run, metrics, total = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), int(sys.argv[3])
 ckpt = run / "checkpoints"
@@ -477,8 +479,8 @@ def test_the_next_allocation_slims_the_saves_the_last_one_left_and_keeps_every_s
     from repro.evaluation.shards import eval_lock
     from repro.launch.attempt import PLACEHOLDER
     from repro.launch.eval_stage import kept_steps
+    from repro.rundir.retention import KEPT_OVERRIDE
     from repro.rundir.slim import MARKER, tracker_step
-    from repro.verl_plugin.retention import KEPT_OVERRIDE
 
     total = 8
     run = RunDir.prepare(tmp_path / "runs" / "verl-layout", {"cell": "verl-layout"}, ["test"]).path

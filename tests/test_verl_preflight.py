@@ -167,8 +167,8 @@ def test_checkpoint_folder_and_logger_path_are_absolute(tmp_path, monkeypatch) -
 
 
 def test_verl_keeps_every_save_and_the_disk_estimate_counts_k_whole_and_the_rest_in_bf16() -> None:
+    from repro.rundir.retention import KEPT_ENV, kept_from_config
     from repro.verl_plugin.preflight import checkpoint_disk
-    from repro.verl_plugin.retention import KEPT_ENV, kept_from_config
 
     kept = catalog.hyperparameters()["checkpoints_kept"].value
     assert kept == 2

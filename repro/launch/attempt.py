@@ -35,8 +35,8 @@ from repro.launch.allocations import (
     take_honoured,
 )
 from repro.rundir import RunDir
+from repro.rundir.retention import kept_from_overrides, retain
 from repro.stack_check import attention_fallback
-from repro.verl_plugin.retention import kept_from_overrides, retain
 
 PLACEHOLDER = "attempt-NNN.jsonl"
 LAUNCHER_ENV = "REPRO_LAUNCHER"

@@ -55,6 +55,7 @@ class VerlRun:
     data_files: tuple[Path, Path]  # train, validation
     hub_sources: dict[str, str] = field(default_factory=dict)  # local file -> the Hub id it is built from
     entry_module: str = ""  # the module whose main runs verl's trainer with these overrides
+    node_check: list[str] = field(default_factory=list)  # the job's stack check on each node (repro.node_check)
 
     def trainer_argv(self, python: str = "python") -> list[str]:
         return [python, "-m", self.entry_module, *self.overrides]

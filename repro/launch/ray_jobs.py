@@ -92,9 +92,7 @@ class RayScheduler:
         job_id = re.sub(r"[^A-Za-z0-9_.-]", "-", f"repro-{plan.name}-{n}-{now()}")
         entrypoint = " ".join(shlex.quote(a) for a in [self.python, *plan.argv[1:]])
         if plan.is_gpu:  # the driver's host: the stack, the attention, the disk (its GPUs are the workers')
-            from repro.node_check import node_check_argv
-
-            check = [self.python, *node_check_argv(plan.run_dir, plan.gpu.overrides, plan.gpu.gpus_per_node)[1:]]
+            check = [self.python, *plan.gpu.node_check[1:]]
             check.append("--submission")
             entrypoint = f"{' '.join(shlex.quote(a) for a in check)} && {entrypoint}"
         if then:

@@ -228,10 +228,8 @@ def node_check_lines(plan: CellPlan, nnodes: int) -> list[str]:
     """Bash lines that run the stack check on every node of the allocation before Ray or verl start: a node
     whose driver, CUDA, stack or disk cannot run the cell fails the job in seconds, with one line naming
     the problem and the fix, instead of at actor start (or never, as Ray schedules GPU workers anyway)."""
-    from repro.node_check import node_check_argv
-
     assert plan.gpu is not None
-    check = " ".join(_q(a) for a in node_check_argv(plan.run_dir, plan.gpu.overrides, plan.gpu.gpus_per_node))
+    check = " ".join(_q(a) for a in plan.gpu.node_check)
     if nnodes > 1:
         check = f'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --overlap {check}'
     return [

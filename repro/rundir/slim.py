@@ -15,7 +15,7 @@ Crash safety: each safetensors file is written tensor by tensor into a temp file
 renamed over the original, so a reader (an evaluation) sees the whole fp32 file or the whole bf16 one and
 memory stays at one chunk. The marker file `slimmed.json` is written first ("slimming", with the bytes
 before) and last ("slimmed", with what was done), so a slim cut short is finished by the next call with
-its first byte count intact. Framework-free: no verl or Ray here; callers decide when (repro.verl_plugin.retention).
+its first byte count intact. Framework-free: no verl or Ray here; callers decide when (repro.rundir.retention).
 """
 
 from __future__ import annotations

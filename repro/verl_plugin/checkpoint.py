@@ -1,6 +1,6 @@
 """verl checkpoint hook, run on the driver after each save: Est's estimator (and an async run's pool
 statistics) saved inside the `global_step_<k>` folder verl wrote, then the run's older saves slimmed to
-their bf16 Hugging Face weights (`repro.verl_plugin.retention`; verl itself keeps every save)."""
+their bf16 Hugging Face weights (`repro.rundir.retention`; verl itself keeps every save)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
-from repro.verl_plugin import retention, state
+from repro.rundir import retention
+from repro.verl_plugin import state
 
 
 class AdaStateCheckpoint(CheckpointCallback):

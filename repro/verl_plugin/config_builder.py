@@ -26,9 +26,9 @@ from repro.cell import ResolvedCell
 from repro.errors import ReproError
 from repro.launch.allocation_end import BARRIER_FLOOR_S, DIST_TIMEOUT_ENV
 from repro.loggers import TENSORBOARD_ENV, TENSORBOARD_FOLDER, parse_loggers
+from repro.rundir.retention import KEPT_ENV
 from repro.sampling.policies import policy_for
 from repro.sampling.settings import SETTINGS
-from repro.verl_plugin.retention import KEPT_ENV
 
 ADV_ESTIMATOR = "reinforce_ada"
 MANAGER_CLASS = "repro.verl_plugin.rollout.ReinforceAdaAgentLoopManager"
@@ -276,7 +276,7 @@ def build_overrides(verl_cell: VerlCell) -> list[str]:
         "trainer.total_epochs": None,  # from the training-set size, once the user's overrides are in (below)
         "trainer.save_freq": hp("eval_every_steps"),
         # verl keeps every save (null); the plugin keeps the newest K whole, across allocations, and slims
-        # the older ones to their bf16 Hugging Face weights (repro.verl_plugin.retention)
+        # the older ones to their bf16 Hugging Face weights (repro.rundir.retention)
         "trainer.max_actor_ckpt_to_keep": None,
         "trainer.max_critic_ckpt_to_keep": None,
         f"+ray_kwargs.{ENV_VARS_KEY}{KEPT_ENV}": hp("checkpoints_kept"),

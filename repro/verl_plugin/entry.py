@@ -12,19 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-ENV_PREFIX = "ray_kwargs.ray_init.runtime_env.env_vars."
-
-
-def runtime_env_vars(argv: list[str]) -> dict[str, str]:
-    """The env vars an override list hands to Ray's runtime env, as Hydra will read their values."""
-    out = {}
-    for item in argv:
-        key, sep, value = item.lstrip("+").partition("=")
-        if sep and key.startswith(ENV_PREFIX):
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-                value = value[1:-1].replace("\\" + value[0], value[0])
-            out[key[len(ENV_PREFIX) :]] = value
-    return out
+from repro.overrides import ENV_PREFIX, runtime_env_vars  # noqa: F401  (the driver's side; re-exported)
 
 
 def hydra_output_dir(argv: list[str]) -> str | None:

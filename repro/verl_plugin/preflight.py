@@ -94,9 +94,9 @@ class CheckpointDisk:
 
 def checkpoint_disk(cfg: Any, params: int) -> CheckpointDisk:
     """Disk of the actor checkpoints of a run: the newest K saves whole (params x bytes per save), every older
-    one slimmed to its bf16 weights by the plugin (repro.verl_plugin.retention); a config without the
+    one slimmed to its bf16 weights by the plugin (repro.rundir.retention); a config without the
     plugin's K keeps what verl's own `max_actor_ckpt_to_keep` keeps."""
-    from repro.verl_plugin.retention import kept_from_config
+    from repro.rundir.retention import kept_from_config
 
     actor = cfg.actor_rollout_ref.actor
     parts = tuple(actor.checkpoint.save_contents)

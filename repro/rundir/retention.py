@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from repro.overrides import ENV_PREFIX, runtime_env_vars
 from repro.sizes import size_text
-from repro.verl_plugin.entry import ENV_PREFIX, runtime_env_vars
 
 KEPT_ENV = "REPRO_CHECKPOINTS_KEPT"
 KEPT_OVERRIDE = f"+{ENV_PREFIX}{KEPT_ENV}"  # the config builder's key
