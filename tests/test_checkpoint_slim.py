@@ -1,5 +1,5 @@
 """verl cells keep every save's weights and only the newest K saves whole (repro.rundir.slim, driven by
-repro.verl_plugin.retention): older saves' fp32 Hugging Face weights rewritten in bf16, their resume-only parts
+repro.rundir.retention): older saves' fp32 Hugging Face weights rewritten in bf16, their resume-only parts
 deleted, never the save the tracker names, never under a live evaluation's lock; the attempt wrapper does it
 before the trainer starts; evaluation finds and loads every save."""
 

@@ -434,7 +434,7 @@ def test_a_cell_longer_than_its_time_limit_continues_in_new_allocations_by_itsel
 
 # A stand-in for verl's trainer in the real allocations: verl 0.9.1's save layout (tests/verl_layout.py: FSDP
 # shards, optimizer, extra, data.pt, fp32 Hugging Face weights, the tracker file last), the plugin's
-# after-save retention as its checkpoint callback calls it (repro.verl_plugin.retention.retain), one metrics
+# after-save retention as its checkpoint callback calls it (repro.rundir.retention.retain), one metrics
 # line a step, and the stop at a step boundary that repro.verl_plugin.stop_trainer makes. It records which
 # saves were already slimmed when it started: what the attempt wrapper did before the trainer ran.
 VERL_LAYOUT_TRAINER = """

@@ -8,7 +8,7 @@ longer than the process group's timeout (torch's NCCL default, 600 s, since verl
 `timeout_second=None`) kills the job mid-save. Both follow from one estimate, per backbone:
 
     save  = (rank 0's shard of model + optimizer + extra, + the gathered hf_model) / write speed
-    slim  = the save that leaves the newest K rewritten in bf16 (repro.verl_plugin.retention): read fp32, write bf16
+    slim  = the save that leaves the newest K rewritten in bf16 (repro.rundir.retention): read fp32, write bf16
     margin  = slowest step + save + slim + Slurm's timer slack
     barrier = max(torch's gloo default 1800 s, barrier_factor x save)
 
