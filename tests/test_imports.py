@@ -38,8 +38,9 @@ ARCHITECTURE = PACKAGE_DIR.parent / "docs" / "architecture.md"  # its "Layers" b
 LAYERS_HEADING = "### Layers"
 
 # The imports that run back up a layer today, (source, target) as upward_imports names them: debt, never added
-# to; a new upward import moves the shared piece down a layer instead. The resolved cell (repro/cell.py) took
-# three away: cells are planned and checked above the launchers (repro/cell_plan.py, repro/sweep_submit.py).
+# to; a new upward import moves the shared piece down a layer instead. Issue 37 took six away: cells are planned
+# and checked above the launchers (repro/cell_plan.py, repro/sweep_submit.py), a VerlRun carries its node check,
+# and the checkpoint retention is the run folder's (repro/rundir/retention.py).
 KNOWN_UPWARD = (
     # the attempt wrapper falls back from flash-attn to sdpa when the node cannot import it
     ("repro.launch.attempt", "repro.stack_check"),
