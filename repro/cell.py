@@ -16,7 +16,7 @@ form is the one run folders had before this module existed, so they read the sam
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -179,10 +179,12 @@ def resolve_cell(
     asynchronous: bool = False,
     model_path: str | None = None,
     origin: str = "command line",
+    given: Collection[str] | None = None,
 ) -> ResolvedCell:
     """The cell the names stand for, or one ReproError line naming the bad name and the fix. `prompt_set` and
     `engine` default to the backbone's (its prompt set; local on a CPU backbone, verl on a GPU one);
-    `asynchronous` is `--async` (the same as METHOD-async); `origin` is where the given names came from."""
+    `asynchronous` is `--async` (the same as METHOD-async); `origin` is where the given names came from, and
+    `given` which of seed and preset were given there (None: all, as a sweep file's or a config's are)."""
     backbone = catalog.get_backbone(model)
     entry = catalog.get_method(method)
     if asynchronous and not entry.asynchronous:
@@ -207,12 +209,12 @@ def resolve_cell(
         "model": origin,
         "method": f"{origin} (--async)" if asynchronous and entry.key != method else origin,
         "prompt_set": origin if prompt_set else f"{DEFAULT} (the backbone's, catalog/backbones.yaml)",
-        "seed": origin,
-        "preset": origin,
+        "seed": origin if given is None or "seed" in given else f"{DEFAULT} (seed 0)",
+        "preset": origin if given is None or "preset" in given else f"{DEFAULT} (the paper's values)",
         "engine": origin
         if engine
         else f"{DEFAULT} ({'local' if backbone.device == 'cpu' else 'verl'} for a {backbone.device} backbone)",
-        "model_path": origin if model_path else DEFAULT,
+        "model_path": origin if model_path else f"{DEFAULT} (the backbone's own weights)",
     }
     return ResolvedCell(
         backbone=backbone,

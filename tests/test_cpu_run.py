@@ -205,4 +205,8 @@ def test_dry_run_prints_config_and_writes_nothing(tiny_env, tmp_path, capsys) ->
     out = capsys.readouterr().out
     assert "tiny-arith__dapo__standard__s0" in out and "kind: dapo" in out and "max_num_gen_batches: 10" in out
     assert "lr:" in out and "paper: 1.0e-06" in out
+    # the resolved cell's provenance: what was typed, and what the catalog filled in
+    assert "#   method=dapo  <- command line" in out and "#   seed=0  <- catalog default (seed 0)" in out
+    assert "#   prompt_set=standard  <- catalog default (the backbone's, catalog/backbones.yaml)" in out
+    assert "#   engine=local  <- catalog default (local for a cpu backbone)" in out
     assert not any(tmp_path.iterdir())

@@ -292,6 +292,9 @@ def test_dry_run_for_a_gpu_cell(tmp_path, capsys) -> None:
     assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-Math-7B" in command and "trainer.save_freq=25" in command
     assert "data.train_files=/d/t.parquet" in command
     assert "+algorithm.reinforce_ada.exit_rule=pos" in command
+    assert "#   model=qwen2.5-math-7b  <- command line" in out
+    assert "#   preset=paper  <- catalog default (the paper's values)" in out
+    assert "#   engine=verl  <- catalog default (verl for a gpu backbone)" in out
     resolved = OmegaConf.create(out.split("validate_config passed):\n", 1)[1])
     assert resolved.trainer.save_freq == 25 and resolved.actor_rollout_ref.rollout.tensor_model_parallel_size == 2
     assert not any(tmp_path.iterdir())

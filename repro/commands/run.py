@@ -42,6 +42,7 @@ def _on_sigterm(signum, frame):
 
 
 def run(
+    context: typer.Context,
     model: Annotated[str, typer.Option("--model", help="Backbone key (see `repro models`).")],
     method: Annotated[str, typer.Option("--method", help="Method key (see `repro methods`).")],
     prompt_set: Annotated[
@@ -153,7 +154,15 @@ def run(
     """
     loggers = parse_loggers(logger, wandb=wandb)
     cell = resolve_cell(
-        model, method, prompt_set, seed, preset=preset, engine=engine, asynchronous=asynchronous, model_path=model_path
+        model,
+        method,
+        prompt_set,
+        seed,
+        preset=preset,
+        engine=engine,
+        asynchronous=asynchronous,
+        model_path=model_path,
+        given=_typed(context, "seed", "preset"),
     )
     if cell.backbone.weights_from_user and (model_path is None or train_file is None):
         raise ReproError(
@@ -174,10 +183,21 @@ def run(
     if dry_run:
         config = build_cpu_config(cell, steps, batch, parse_sets(sets or []))
         stdout_console().print(f"# run folder: {path}\n# command: repro {' '.join(sys.argv[1:])}")
+        typer.echo(_provenance(cell))
         typer.echo(yaml.safe_dump(config.to_dict(), sort_keys=False))
         return
     config, note = resolve_cpu_config(cell, steps, batch, parse_sets(sets or []))
     _train(cell, config, path, overwrite, note, loggers)
+
+
+def _typed(context: typer.Context, *names: str) -> set[str]:
+    """Which of these options the user typed (the rest took their defaults): the cell's provenance says so."""
+    return {n for n in names if getattr(context.get_parameter_source(n), "name", "DEFAULT") != "DEFAULT"}
+
+
+def _provenance(cell: ResolvedCell) -> str:
+    """The dry run's account of the cell: each name it was resolved from, and where that name came from."""
+    return "\n".join(["# cell (each name <- where it came from):", *(f"#   {line}" for line in cell.describe())])
 
 
 def _train(cell: ResolvedCell, config, path: Path, overwrite: bool, note: str | None, loggers: tuple[str, ...]) -> None:
@@ -276,6 +296,7 @@ def _run_verl(
 
         stdout_console().print(f"# run folder: {path}\n# command (attempt-NNN is numbered at launch):")
         typer.echo(shell_command(spec.overrides))
+        typer.echo(_provenance(cell))
         if cell.preset == "released":  # each released value beside the script flag it comes from
             typer.echo("\n".join(f"# {line}" for line in released_report(cell, spec.overrides)))
         typer.echo("\n".join(f"# {line}" for line in async_report(cell, spec.overrides)))
