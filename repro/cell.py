@@ -29,13 +29,26 @@ from repro.sampling import SamplerSpec
 ENGINES = ("local", "verl")  # CPU backbones: the CPU trainer, or verl's real trainer; GPU backbones: verl only
 PRESETS = ("paper", "released")
 RELEASED_EST = "est-released"  # the method whose sampler `--preset released` gives every Est cell
-CPU_PRESET = "cpu"  # a CPU backbone's rehearsal on verl: the CPU trainer's scaled values (cpu_scaling.yaml)
 DEFAULT = "catalog default"  # the provenance of a value nobody typed
+_CELL_RE = re.compile(r"(?P<backbone>.+?)__(?P<method>.+?)__(?P<prompt_set>.+?)__s(?P<seed>\d+)")
 
 
 def cell_name(backbone: str, method: str, prompt_set: str, seed: int) -> str:
     """The folder name of one grid cell; `collect` parses it back, so the separator is a double underscore."""
     return f"{backbone}__{method}__{prompt_set}__s{seed}"
+
+
+def parse_cell(name: str) -> dict[str, Any] | None:
+    """``<backbone>__<method>__<prompt_set>__s<seed>`` -> its four keys, or None when `name` is not one."""
+    match = _CELL_RE.fullmatch(name)
+    if match is None:
+        return None
+    return {
+        "backbone": match["backbone"],
+        "method": match["method"],
+        "prompt_set": match["prompt_set"],
+        "seed": int(match["seed"]),
+    }
 
 
 def model_path_label(model: str, model_path: str) -> str:
@@ -120,7 +133,10 @@ class ResolvedCell:
                 str(config["backbone"]), str(config["method"]), str(config["prompt_set"]), int(config["seed"]),
                 engine="local", origin=origin,
             )  # fmt: skip
-        model, method, prompt_set, seed = _split_name(str(config["cell"]))
+        parsed = parse_cell(str(config["cell"]))
+        if parsed is None:
+            raise ReproError(f"cell name {config['cell']!r} is not BACKBONE__METHOD__PROMPT_SET__sSEED")
+        model, method, prompt_set, seed = parsed["backbone"], parsed["method"], parsed["prompt_set"], parsed["seed"]
         label, model_path = model, config.get("model_path") or None
         if model_path:
             model = str(config.get("backbone") or model.split("+", 1)[0])
@@ -145,13 +161,6 @@ def _hyperparameters(backbone: Backbone, preset: str) -> dict[str, Setting]:
         else:
             out[name] = setting
     return out | {name: setting for name, setting in scaling.items() if name not in out}
-
-
-def _split_name(name: str) -> tuple[str, str, str, int]:
-    parts = name.split("__")
-    if len(parts) != 4 or not re.fullmatch(r"s\d+", parts[3]):
-        raise ReproError(f"cell name {name!r} is not BACKBONE__METHOD__PROMPT_SET__sSEED")
-    return parts[0], parts[1], parts[2], int(parts[3][1:])
 
 
 def _sampler(method: Method, seed: int, preset: str, engine: str) -> SamplerSpec:

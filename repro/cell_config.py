@@ -132,16 +132,6 @@ def hub_inputs(files: tuple[Path, Path]) -> tuple[tuple[Path, Path], dict[str, s
     return (out[0], out[1]), sources
 
 
-def verl_size_sets(steps: int | None, batch: int | None) -> dict[str, int]:
-    """`--steps` and `--batch` as the verl keys they set on a verl-engine cell."""
-    out = {}
-    if steps is not None:
-        out["trainer.total_training_steps"] = steps
-    if batch is not None:
-        out["data.train_batch_size"] = batch
-    return out
-
-
 def cpu_rehearsal_inputs(cell: ResolvedCell, train_file: Path | None, val_file: Path | None) -> tuple[Path, Path, str]:
     """A CPU backbone on verl's trainer (`--engine verl`): the same training prompts and model folder as the
     local engine (the filtered set when `repro data filter` has built it, else the whole pool), so the two

@@ -6,8 +6,8 @@ import pytest
 
 from repro import catalog
 from repro.cell import resolve_cell
+from repro.overrides import runtime_env_vars
 from repro.verl_plugin.config_builder import CPU_MODULE, PLUGIN_MODULE, VerlCell, build_overrides, compose_and_validate
-from repro.verl_plugin.entry import runtime_env_vars
 
 
 def compose_value(cfg, key: str):

@@ -21,10 +21,10 @@ from repro.cell_config import (
     parse_sets,
     resolve_cpu_config,
     verl_run,
-    verl_size_sets,
 )
 from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
+from repro.launch.plan import verl_size_sets
 from repro.loggers import DEFAULT as DEFAULT_LOGGERS
 from repro.loggers import LOGGERS, parse_loggers
 from repro.rundir import RunDir

@@ -17,6 +17,16 @@ from repro.loggers import ALWAYS, as_option
 from repro.sweep import Sweep
 
 
+def verl_size_sets(steps: int | None, batch: int | None) -> dict[str, int]:
+    """`--steps` and `--batch` as the verl keys they set on a verl-engine cell."""
+    out = {}
+    if steps is not None:
+        out["trainer.total_training_steps"] = steps
+    if batch is not None:
+        out["data.train_batch_size"] = batch
+    return out
+
+
 @dataclass(frozen=True)
 class CpuOptions:
     """Per-sweep CPU knobs that the command line may set (`repro sweep run --steps/--batch`)."""
@@ -26,12 +36,7 @@ class CpuOptions:
 
     def verl_sets(self) -> dict[str, Any]:
         """The same knobs as verl keys, as `repro run --engine verl` maps --steps and --batch."""
-        out: dict[str, Any] = {}
-        if self.steps is not None:
-            out["trainer.total_training_steps"] = self.steps
-        if self.batch is not None:
-            out["data.train_batch_size"] = self.batch
-        return out
+        return verl_size_sets(self.steps, self.batch)
 
     def args(self) -> list[str]:
         out: list[str] = []

@@ -41,6 +41,7 @@ import pandas as pd
 import yaml
 
 from repro.atomic import fsync_dir
+from repro.cell import parse_cell
 from repro.errors import ReproError
 from repro.evaluation.runner import BASE_MODEL, MODEL_EVAL_MARKER, RELEASED_CHECKPOINT
 from repro.report.schema import RUN_KEYS, TABLES, WEIGHTED_AVERAGE
@@ -76,7 +77,6 @@ def released_label(method: str) -> str:
 
 
 _EVAL_DIR_RE = re.compile(r"global_step_(\d+)")
-_CELL_RE = re.compile(r"(?P<backbone>.+?)__(?P<method>.+?)__(?P<prompt_set>.+?)__s(?P<seed>\d+)")
 
 
 @dataclass(frozen=True)
@@ -121,19 +121,6 @@ class CollectReport:
 
 
 # ---- reading one run ----------------------------------------------------------------------------
-
-
-def parse_cell(name: str) -> dict[str, Any] | None:
-    """``<backbone>__<method>__<prompt_set>__s<seed>`` -> its four keys, or None when `name` is not one."""
-    match = _CELL_RE.fullmatch(name)
-    if match is None:
-        return None
-    return {
-        "backbone": match["backbone"],
-        "method": match["method"],
-        "prompt_set": match["prompt_set"],
-        "seed": int(match["seed"]),
-    }
 
 
 def _run_keys(name: str, config: dict) -> tuple[dict[str, Any], str | None]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from repro.overrides import ENV_PREFIX, runtime_env_vars  # noqa: F401  (the driver's side; re-exported)
+from repro.overrides import runtime_env_vars
 
 
 def hydra_output_dir(argv: list[str]) -> str | None:
