@@ -142,11 +142,15 @@ def primitives() -> dict[str, Callable[[], object]]:
 
 
 def fingerprint() -> dict:
+    import numpy
     import torch
 
     return {
         "arithmetic": arithmetic.in_force(),
         "torch": torch.__version__,
+        # numpy's dispatch targets and their names change between versions (issue 43): the record says which ran
+        "numpy": numpy.__version__,
+        arithmetic.NUMPY_ENV: arithmetic.pinned_env().get(arithmetic.NUMPY_ENV) if not arithmetic.native() else None,
         "hashes": {name: _digest(make()) for name, make in primitives().items()},
     }
 
@@ -155,7 +159,8 @@ def compare(paths: list[Path]) -> int:
     prints = {p.stem: json.loads(p.read_text()) for p in paths}
     names = list(next(iter(prints.values()))["hashes"])
     for label, fp in prints.items():
-        print(f"{label}: {fp['arithmetic']['cpu']}, torch {fp['torch']}")
+        numpy = f", numpy {fp['numpy']}" if "numpy" in fp else ""  # records before issue 43 lack it
+        print(f"{label}: {fp['arithmetic']['cpu']}, torch {fp['torch']}{numpy}")
     differ = [n for n in names if len({fp["hashes"].get(n) for fp in prints.values()}) > 1]
     for name in names:
         print(f"  {'DIFFERS' if name in differ else 'same   '}  {name}")
@@ -175,7 +180,10 @@ def main(argv: list[str]) -> int:
         found["arithmetic"]["cpu"] = args.cpu
     for name, digest in found["hashes"].items():
         print(f"{digest}  {name}")
-    print(f"on {found['arithmetic']['cpu']} ({found['arithmetic']['torch_capability']}, torch {found['torch']})")
+    print(
+        f"on {found['arithmetic']['cpu']} ({found['arithmetic']['torch_capability']}, torch {found['torch']}, "
+        f"numpy {found['numpy']}, {arithmetic.NUMPY_ENV}={found[arithmetic.NUMPY_ENV]})"
+    )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(found, indent=1) + "\n")

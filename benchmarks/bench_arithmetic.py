@@ -4,7 +4,7 @@ evaluation, timed as `repro` runs them, pinned and native.
 Each variant is a fresh `python -m repro.cli` process on the same prepared $REPRO_HOME (model and data built
 once, before any timing): `repro run --model tiny-arith --method seq-balance --steps S` then `repro eval` of
 its final checkpoint. Variants:
-- pinned: AVX2 kernels, MKL_CBWR=COMPATIBLE, numpy without AVX512, 1 thread (what every `repro` computes);
+- pinned: AVX2 kernels, MKL_CBWR=COMPATIBLE, numpy's targets above AVX2 off, 1 thread (what every `repro` computes);
 - native, 1 thread: REPRO_NATIVE_ARITHMETIC=1 with OMP_NUM_THREADS=1 (this CPU's own kernels, same threads);
 - native, default threads: REPRO_NATIVE_ARITHMETIC=1 as a standalone run would use the machine (2 threads).
 The ratios are what to quote: the machine is shared and absolute times drift between runs.
