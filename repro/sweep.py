@@ -12,13 +12,14 @@ import yaml
 from repro import catalog
 from repro.cell import ResolvedCell, resolve_cell
 from repro.errors import ReproError
+from repro.launch.deadline import TimeLimit
 from repro.launch.slurm_options import SlurmOptions
 from repro.loggers import ALWAYS, parse_loggers
 
 _KEYS = {"name", "description", "backbones", "methods", "prompt_sets", "seeds", "preset", "engine", "overrides"}
 _KEYS |= {"slurm", "ray", "logger", "eval"}
 ENGINES = ("local", "verl")  # CPU backbones: the CPU trainer, or verl's real trainer (GPU backbones: always verl)
-_RAY_KEYS = {"address", "python"}
+_RAY_KEYS = {"address", "python", "time", "signal_margin", "max_allocations"}  # the last three: a limit per job
 PRESETS = ("paper", "released")
 
 
@@ -103,7 +104,7 @@ class Sweep:
     overrides: dict[str, Any] = field(default_factory=dict)
     loggers: tuple[str, ...] = ALWAYS  # `logger:` (a list or a comma string), as `repro run --logger` takes it
     slurm: dict[str, Any] = field(default_factory=dict)  # sbatch defaults (repro.launch.slurm_options.SlurmOptions)
-    ray: dict[str, Any] = field(default_factory=dict)  # Jobs API defaults: address, python
+    ray: dict[str, Any] = field(default_factory=dict)  # Jobs API defaults: address, python; a time limit per job
     eval: EvalSpec | None = None  # the evaluation stage (`eval:`), None when the sweep only trains
 
     def cells(self) -> list[ResolvedCell]:
@@ -184,6 +185,7 @@ def load_sweep(path: str | Path) -> Sweep:
     SlurmOptions.from_mapping(slurm, str(path))  # reject a bad option now, not at submission
     if set(ray) - _RAY_KEYS:
         raise ReproError(f"{path}: unknown ray options {sorted(set(ray) - _RAY_KEYS)}; valid: {sorted(_RAY_KEYS)}")
+    TimeLimit.from_values(ray, f"{path}: ray")  # a bad time limit now, not at submission
     return Sweep(
         name=str(data.get("name") or path.stem),
         description=str(data.get("description") or ""),

@@ -5,6 +5,11 @@ Repeating the command is safe: a finished cell is skipped, a cell whose job is q
 alone, an interrupted or failed one is resubmitted and resumes from its checkpoint. Two sweeps at once
 take turns per cell through ``RUNS_ROOT/.launch/<cell>.lock`` (the local launcher's lock), held from the
 state check to the job record, so a cell is never submitted twice.
+
+A scheduler whose jobs end at a time limit it does not requeue itself (Ray under `repro.launch.deadline`)
+says so through `stopped_for_continuation(record)`: while `wait`ing, such a cell gets its next job as a
+continuation of the same submission, up to the scheduler's `max_allocations` jobs in all, without spending
+a failure retry (Slurm requeues its own jobs, so it needs neither).
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ class CellReport:
     eval_action: str = ""
     eval_job_id: str | None = None
     eval_for: set[str] = field(default_factory=set)  # training job ids this command submitted an evaluation after
+    allocations: int = 0  # the place of this command's last job in its chain: 1, +1 per continuation
+    continuations: int = 0  # jobs this command submitted to continue a cell its time limit stopped (not retries)
+    allocations_used: bool = False  # its last job ended at its limit and was the last its submission may take
 
 
 @dataclass
@@ -56,21 +64,32 @@ class SubmitReport:
         return [c for c in self.cells if c.state in ("failed", "unknown")]
 
 
-def _submit_one(plan: CellPlan, scheduler: Scheduler, sweep: Sweep, say: Callable[[str], None] = print) -> dict:
-    """Prepare the run folder (the job's own `repro run` then resumes it), submit, record the job."""
+def _submit_one(
+    plan: CellPlan, scheduler: Scheduler, sweep: Sweep, say: Callable[[str], None] = print, allocation: int = 1
+) -> dict:
+    """Prepare the run folder (the job's own `repro run` then resumes it), submit, record the job. `allocation`
+    is the job's place in its submission's chain of continuations (Ray under a time limit)."""
     if plan.gpu is not None:  # released sets by Hub id: fetched here, where the network is
         fetch_hub_inputs(plan.gpu, plan.cell.backbone.key)
         plan = keep_recorded_plan(plan, say)  # a run recorded with its weights elsewhere keeps them (and says so)
     RunDir.prepare(plan.run_dir, plan.config, ["repro", "sweep", "run", sweep.name, f"--launcher={scheduler.name}"])
+    chain = {"allocation": allocation} if scheduler.name == "ray" else {}
     if sweep.eval is not None and scheduler.name == "ray":  # the training job submits its own evaluation
         from repro.launch.eval_stage import ray_chain, write_request
 
         write_request(plan.run_dir, sweep.eval, scheduler, sweep.name, _eval_gpus(plan, scheduler))
-        record = scheduler.submit(plan, sweep.name, then=ray_chain(plan.run_dir, scheduler.python))
+        record = scheduler.submit(plan, sweep.name, then=ray_chain(plan.run_dir, scheduler.python), **chain)
     else:
-        record = scheduler.submit(plan, sweep.name)
+        record = scheduler.submit(plan, sweep.name, **chain)
     record_job(plan.run_dir, record)
     return record
+
+
+def _continues(scheduler: Scheduler, job: dict | None) -> bool:
+    """Whether the cell's last job ended at its time limit (or stopped on its warning), so that the cell goes on
+    in a new job of the same submission; False for every scheduler that does not say so (Slurm requeues)."""
+    ask = getattr(scheduler, "stopped_for_continuation", None)
+    return bool(ask is not None and job is not None and job.get("launcher") == scheduler.name and ask(job))
 
 
 def _eval_gpus(plan: CellPlan, scheduler: Scheduler) -> int:
@@ -185,18 +204,32 @@ def submit_sweep(
             report.state, report.reason = now_state.state, now_state.reason
             if now_state.job:
                 report.job_id = str(now_state.job.get("job_id"))
+            continuing = False
             if first:
                 wanted = now_state.state in states
-            else:  # later rounds: retry our own failures, fill slots; a cancel while we watch is meant
-                ours = report.submissions > 0 and now_state.state in ("failed", "interrupted", "pending")
-                wanted = ours or (report.action == "waiting for a slot" and now_state.state in states)
-            if not wanted:
+            else:  # later rounds: retry our own failures, continue jobs ended by their time limit, fill slots;
+                # a cancel while we watch is meant
+                ended = now_state.state in ("failed", "interrupted", "pending")
+                ours = report.submissions > 0 and ended
+                continuing = ended and not report.allocations_used and _continues(scheduler, now_state.job)
+                wanted = ours or continuing or (report.action == "waiting for a slot" and now_state.state in states)
+            if not wanted or report.allocations_used:  # used up: it stays interrupted, as on Slurm
                 if first:
                     report.action = {"finished": "skipped", "queued": "left alone", "running": "left alone"}.get(
                         now_state.state, ""
                     )
                 continue
-            if report.submissions > retries:
+            most = int(getattr(scheduler, "max_allocations", 1))
+            allocation = 1
+            if continuing:  # the job's place in its chain comes from its record: it may be another command's
+                allocation = int((now_state.job or {}).get("allocation") or 1) + 1
+                if allocation > most:
+                    report.allocations_used = True
+                    report.action = f"allocation {allocation - 1} was the last of {most}"
+                    on_event(f"{plan.name}: stopped at its time limit in allocation {allocation - 1} of {most}; it "
+                             "stays interrupted (`repro sweep retry-failed` submits it again)")  # fmt: skip
+                    continue
+            elif report.submissions > retries:
                 continue
             if max_parallel is not None and in_flight >= max_parallel:
                 report.action = "waiting for a slot"
@@ -210,15 +243,21 @@ def submit_sweep(
                     report.state, report.reason, report.action = again.state, again.reason, "left alone"
                     continue
                 try:
-                    record = _submit_one(plan, scheduler, sweep, on_event)
+                    record = _submit_one(plan, scheduler, sweep, on_event, allocation=allocation)
                 except ReproError as exc:
                     report.state, report.reason, report.action = "failed", str(exc), "submission failed"
                     report.submissions = retries + 1  # a refused submission is not retried
+                    report.allocations_used = True  # nor continued
                     on_event(f"{plan.name}: submission failed: {exc}")
                     continue
-            report.submissions += 1
+            report.allocations = allocation
+            if continuing:
+                report.continuations += 1
+                report.action = f"continued (allocation {allocation} of {most})"
+            else:
+                report.submissions += 1
+                report.action = "submitted" if report.submissions == 1 else f"resubmitted ({report.submissions - 1})"
             report.job_id, report.state, report.reason = str(record["job_id"]), "queued", ""
-            report.action = "submitted" if report.submissions == 1 else f"resubmitted ({report.submissions - 1})"
             in_flight += 1
             on_event(f"{plan.name}: {report.action} as {scheduler.name} job {record['job_id']}")
         for plan in plans:
@@ -231,7 +270,10 @@ def submit_sweep(
         retryable = [
             r
             for r in reports.values()
-            if r.state in ("failed", "interrupted", "pending") and r.submissions and r.submissions <= retries
+            if r.state in ("failed", "interrupted", "pending")
+            and r.submissions
+            and r.submissions <= retries
+            and not r.allocations_used
         ]
         waiting = [r for r in reports.values() if r.action == "waiting for a slot" and r.state in LAUNCHABLE]
         evaluating = [r for r in reports.values() if r.eval_state in ("waiting", "queued", "running")]

@@ -274,3 +274,218 @@ def test_ray_submission_is_sent_again_while_the_head_says_try_again_later(tmp_pa
     with pytest.raises(ReproError, match="runtime_env is invalid"):
         RayScheduler(project_dir=tmp_path).submit(plan, "sweep")
     assert len(calls) == 1 and waits == []
+
+
+# ---- a time limit per Ray job (repro.launch.deadline): continued in new jobs, to the straight run's weights ------
+
+
+def _live(run: Path, job_id: str) -> dict | None:
+    """The deadline wrapper's live record of job `job_id`, once that job's cell has started."""
+    from repro.launch.deadline import live_record
+
+    live = live_record(run)
+    return live if live is not None and live.get("job_id") == job_id else None
+
+
+def _until(predicate, what: str, seconds: float = 300):
+    """Wait for `predicate` to hold (a generous failure guard, not a calibration); returns its value."""
+    end = time.monotonic() + seconds
+    while not (value := predicate()):
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return value
+
+
+def _nth_job(run: Path, n: int) -> str | None:
+    records = job_records(run)
+    return str(records[n - 1]["job_id"]) if len(records) >= n else None
+
+
+def _logged(run: Path, attempt: int) -> int:
+    from repro.rundir.attempts import last_logged_step
+
+    return last_logged_step(run / "metrics" / f"attempt-{attempt:03d}.jsonl") or 0
+
+
+def _frozen(live: dict):
+    """SIGSTOP the cell's whole process group, so the moment the test acts at is the one it chose (the cell cannot
+    get past it meanwhile); returns the function that lets it go on."""
+    import os
+    import signal
+
+    os.killpg(live["cell_pgid"], signal.SIGSTOP)
+    return lambda: os.killpg(live["cell_pgid"], signal.SIGCONT)
+
+
+def test_a_ray_cell_past_its_time_limit_goes_on_in_new_jobs_to_the_straight_runs_weights(
+    ray_address, tiny_env, tmp_path, monkeypatch
+) -> None:
+    """One cell, four jobs under a one-hour limit whose moments the test brings forward through the wrapper's signals,
+    each at a point the cell reports (its metrics file, the wrapper's live record) while the cell's process group is
+    frozen: job 1 is warned after its second step (USR1: the stop request; it stops at its step boundary), job 2
+    reaches its limit after a step (ALRM: SIGTERM mid-run), job 3 is warned while it starts (it stops before its first
+    step), job 4 runs to the end. The waiting submitter continues the cell after each without spending a retry, and
+    the cell ends bit-identical to the same cell trained straight through."""
+    import os
+    import signal
+
+    import torch
+    from ray.job_submission import JobSubmissionClient
+    from safetensors.torch import load_file
+
+    from repro.launch.allocations import STOP_REQUEST, STOPPED_EXIT
+    from repro.launch.deadline import LIVE_FILE, TimeLimit, job_log
+
+    monkeypatch.chdir(ROOT)
+    steps = 12  # ten steps of slack after the first warning's point: nothing the test waits for can be overtaken
+    cpu = CpuOptions(steps=steps, batch=8)
+    straight_dir = tmp_path / "straight"
+    straight = subprocess.Popen(  # the reference, trained straight through with the job's one thread
+        [sys.executable, "cli.py", "run", "--model", "tiny-arith", "--method", "grpo-n4", *cpu.args(),
+         "--run-dir", str(straight_dir)],
+        cwd=ROOT, env={**tiny_env, "REPRO_TORCH_THREADS": "1"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    sweep, _ = _sweep(tmp_path, ["grpo-n4"])
+    runs = tmp_path / "runs"
+    run = runs / cell_name("tiny-arith", "grpo-n4", "standard", 0)
+    limit = TimeLimit("1:00:00", signal_margin=60, max_allocations=5)
+    scheduler = RayScheduler(address=ray_address, project_dir=ROOT, python=sys.executable, limit=limit)
+    reports: list = []
+    sweeper = threading.Thread(
+        target=lambda: reports.append(
+            submit_sweep(sweep, scheduler, runs, options=cpu, wait=True, poll=0.5, timeout=900, retries=0)
+        ),
+        daemon=True,
+    )
+    sweeper.start()
+    try:
+        # job 1: warned after step 2
+        live = _until(lambda: (job := _nth_job(run, 1)) and _live(run, job), "job 1's cell")
+        _until(lambda: _logged(run, 1) >= 2, "job 1's second step")
+        go_on = _frozen(live)
+        os.kill(live["pid"], signal.SIGUSR1)
+        _until(lambda: (run / STOP_REQUEST).exists(), "job 1's stop request")
+        go_on()
+        # job 2: its limit after a step
+        live = _until(lambda: (job := _nth_job(run, 2)) and _live(run, job), "job 2's cell")
+        _until(lambda: _logged(run, 2) >= 1, "a step of job 2")
+        go_on = _frozen(live)
+        os.kill(live["pid"], signal.SIGALRM)
+        _until(lambda: "terminated" in (_live(run, live["job_id"]) or {}), "job 2's SIGTERM")
+        go_on()
+        # job 3: warned as it starts
+        live = _until(lambda: (job := _nth_job(run, 3)) and _live(run, job), "job 3's cell")
+        go_on = _frozen(live)
+        os.kill(live["pid"], signal.SIGUSR1)
+        _until(lambda: (run / STOP_REQUEST).exists(), "job 3's stop request")
+        go_on()
+    finally:
+        sweeper.join(timeout=900)
+    (report,) = reports
+    (cell,) = report.cells
+    assert (cell.state, cell.submissions, cell.continuations) == ("finished", 1, 3), cell
+    records = job_records(run)
+    assert [r["allocation"] for r in records] == [1, 2, 3, 4] and {r["max_allocations"] for r in records} == {5}
+    client = JobSubmissionClient(ray_address)
+    for record in records[:3]:
+        info = client.get_job_info(record["job_id"])
+        assert (info.status.value, info.driver_exit_code) == ("FAILED", STOPPED_EXIT), info.message
+    _until(lambda: client.get_job_status(records[3]["job_id"]).value != "RUNNING", "job 4's process to exit", 60)
+    assert client.get_job_status(records[3]["job_id"]).value == "SUCCEEDED"
+    endings = ["stopped on request", "deadline", "stopped on request", "finished"]
+    assert [(e["job_id"], e["ended_by"]) for e in job_log(run)] == [
+        (r["job_id"], e) for r, e in zip(records, endings, strict=True)
+    ]
+    attempts = RunDir(run).status()["attempts"]
+    spans = [(a.get("resumed_from_step"), _logged(run, i + 1)) for i, a in enumerate(attempts)]
+    print(f"\n{len(records)} jobs, (resumed from, last step logged): {spans}; ended by {endings}")
+    assert [(a["job_id"], a["state"]) for a in attempts] == [
+        (r["job_id"], s) for r, s in zip(records, ["interrupted"] * 3 + ["finished"], strict=True)
+    ]
+    first = _logged(run, 1)
+    assert 2 <= first < steps and attempts[0]["error"] == f"allocation ending: checkpoint at step {first}, 0 steps lost"
+    assert attempts[1]["resumed_from_step"] == first and attempts[1]["error"].startswith("stopped by a signal")
+    # job 3 trained no step: it stopped at the checkpoint job 2 left (its last logged step, or one it saved as the
+    # TERM came and whose metrics line job 3 then wrote), which job 4 resumed from
+    kept = attempts[3]["resumed_from_step"]
+    assert kept >= _logged(run, 2) >= first + 1 and attempts[2]["resumed_from_step"] == kept
+    assert attempts[2]["error"] == f"allocation ending: checkpoint at step {kept}, 0 steps lost"
+    assert _steps(run) == list(range(1, steps + 1))  # every step once, whatever the limit interrupted
+    assert not (run / STOP_REQUEST).exists() and not (run / LIVE_FILE).exists()
+    assert straight.wait(timeout=300) == 0, straight.stderr.read()[-2000:]
+    final = f"checkpoints/global_step_{steps}/model/model.safetensors"
+    a, b = load_file(run / final), load_file(straight_dir / final)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_ray_cell_its_few_second_limit_ends_takes_its_jobs_and_stays_interrupted(
+    ray_address, tiny_env, tmp_path, monkeypatch
+) -> None:
+    """The real clock: a five-second limit (warned two seconds before) on a cell of 2000 steps, which no job can
+    finish; wherever each limit lands (while the cell starts, mid-step, mid-save), the job ends as a continuation,
+    the submitter runs the two jobs --max-allocations allows and stops there, and the run folder stays consistent:
+    every step it logged, once."""
+    from ray.job_submission import JobSubmissionClient
+
+    from repro.launch.allocations import STOPPED_EXIT
+    from repro.launch.deadline import TimeLimit, job_log
+
+    monkeypatch.chdir(ROOT)
+    sweep, _ = _sweep(tmp_path, ["grpo-n4"])
+    runs = tmp_path / "runs"
+    limit = TimeLimit("0:05", signal_margin=2, max_allocations=2)
+    scheduler = RayScheduler(address=ray_address, project_dir=ROOT, python=sys.executable, limit=limit)
+    events: list[str] = []
+    report = submit_sweep(
+        sweep, scheduler, runs, options=CpuOptions(steps=2000, batch=8), wait=True, poll=0.5, timeout=600,
+        retries=3, on_event=events.append,
+    )  # fmt: skip
+    (cell,) = report.cells
+    run = runs / cell.name
+    assert (cell.state, cell.action, cell.submissions, cell.continuations) == (
+        "interrupted", "allocation 2 was the last of 2", 1, 1
+    ), (cell, events)  # fmt: skip
+    records = job_records(run)
+    assert [r["allocation"] for r in records] == [1, 2]
+    client = JobSubmissionClient(ray_address)
+    for record in records:
+        info = client.get_job_info(record["job_id"])
+        assert (info.status.value, info.driver_exit_code) == ("FAILED", STOPPED_EXIT), info.message
+    ends = [e["ended_by"] for e in job_log(run)]
+    assert [e in ("stopped on request", "deadline") for e in ends] == [True, True], ends
+    logged = _steps(run)
+    print(f"\n2 jobs of 5 s: ended by {ends}, {len(logged)} steps logged")
+    assert logged == list(range(1, len(logged) + 1)) and len(logged) < 2000
+    assert any("stays interrupted" in line for line in events), events
+
+
+def test_a_cancelled_ray_cell_under_a_time_limit_is_not_continued(ray_address, tiny_env, tmp_path, monkeypatch, capsys):
+    """`repro cancel` stops the job through Ray's stop_job, which TERMs the wrapper: the cell is cancelled, and the
+    waiting submitter, which continues a job its limit ended, leaves it alone."""
+    monkeypatch.chdir(ROOT)
+    from repro.launch.deadline import TimeLimit
+
+    sweep, sweep_file = _sweep(tmp_path, ["grpo-n4"])
+    runs = tmp_path / "runs"
+    run = runs / cell_name("tiny-arith", "grpo-n4", "standard", 0)
+    limit = TimeLimit("1:00:00", max_allocations=3)
+    scheduler = RayScheduler(address=ray_address, project_dir=ROOT, python=sys.executable, limit=limit)
+    reports: list = []
+    sweeper = threading.Thread(
+        target=lambda: reports.append(
+            submit_sweep(sweep, scheduler, runs, options=CpuOptions(2000, 8), wait=True, poll=0.5, timeout=600)
+        ),
+        daemon=True,
+    )
+    sweeper.start()
+    try:
+        _until(lambda: (job := _nth_job(run, 1)) and _live(run, job) and _logged(run, 1) >= 1, "a step of job 1")
+        capsys.readouterr()
+        assert main(["cancel", "--sweep", str(sweep_file), "--runs-root", str(runs)]) == 0
+    finally:
+        sweeper.join(timeout=600)
+    (cell,) = reports[0].cells
+    assert (cell.state, cell.continuations) == ("cancelled", 0), cell
+    assert len(job_records(run)) == 1
+    assert RunDir(run).status()["attempts"][-1]["state"] == "interrupted"

@@ -200,3 +200,70 @@ def test_killed_sweep_resumes_and_retry_failed_relaunches_only_the_interrupted_c
 
     assert main(["sweep", "run", str(sweep_file), *common]) == 0
     assert RunDir(grpo).state == "finished" and len(json.loads((est / "status.json").read_text())["attempts"]) == 2
+
+
+@pytest.mark.heavy
+def test_a_sigterm_interrupts_the_cell_and_the_next_sweep_resumes_it_to_the_straight_runs_weights(
+    tiny_env, tmp_path
+) -> None:
+    """A machine shutting down (or the sweep's process group killed) sends SIGTERM to the sweep and to its cells'
+    `repro run`. The test picks the moment: once the cell has logged step 2 it freezes the whole group (SIGSTOP),
+    sends the TERM and lets the group go on, so the TERM lands in the step after (its update or its save) and the
+    cell cannot finish first. The attempt is recorded interrupted; the same sweep command again resumes the cell
+    from its last checkpoint, and it ends bit-identical to the cell trained straight through."""
+    import torch
+    from safetensors.torch import load_file
+
+    from repro.launch.attempt import THREADS_ENV
+    from repro.launch.local import _cores
+    from repro.launch.state import cell_state
+    from repro.rundir.attempts import last_logged_step
+
+    steps = 8  # six steps of slack after the moment the test waits for
+    sweep_file = _sweep_file(tmp_path, ("grpo-n4",))
+    root = tmp_path / "runs"
+    run = root / NAMES[0]
+    common = ["--runs-root", str(root), "--steps", str(steps), "--batch", "8", "--max-parallel", "1"]
+    straight_dir = tmp_path / "straight"
+    straight = subprocess.Popen(  # the reference, with the torch threads the launcher gives its one cell
+        [sys.executable, "cli.py", "run", "--model", "tiny-arith", "--method", "grpo-n4", "--steps", str(steps),
+         "--batch", "8", "--run-dir", str(straight_dir)],
+        cwd=ROOT, env={**tiny_env, THREADS_ENV: str(_cores())}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "repro.cli", "sweep", "run", str(sweep_file), *common],
+        cwd=ROOT,
+        env=tiny_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # the sweep and its cell: one process group, as a shell's job is
+    )
+    metrics = run / "metrics" / "attempt-001.jsonl"
+    deadline = time.monotonic() + 300  # a failure guard: the test acts as soon as step 2 is logged
+    while (last_logged_step(metrics) or 0) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None, "the cell never logged step 2"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGSTOP)  # the sweep and the cell stand still where they are,
+    os.killpg(proc.pid, signal.SIGTERM)  # get the shutdown's TERM,
+    os.killpg(proc.pid, signal.SIGCONT)  # and take it from there
+    proc.wait(timeout=60)
+    cell_pid = _attempts(run)[-1]["pid"]
+    while Path(f"/proc/{cell_pid}").exists():  # the cell records its attempt, then exits
+        assert time.monotonic() < deadline, "the cell outlived its SIGTERM"
+        time.sleep(0.05)
+    (attempt,) = _attempts(run)
+    stopped_at = last_logged_step(metrics)
+    assert attempt["state"] == "interrupted" and attempt["error"].startswith("stopped by a signal"), attempt
+    assert stopped_at is not None and 2 <= stopped_at < steps
+    assert cell_state(run).state == "interrupted"  # what `repro status` shows
+
+    assert main(["sweep", "run", str(sweep_file), *common]) == 0  # the same command again
+    first, second = _attempts(run)
+    assert (first["state"], second["state"]) == ("interrupted", "finished")
+    assert second["resumed_from_step"] in (stopped_at, stopped_at + 1)  # + 1: the TERM came after that step's save
+    assert _steps(run) == list(range(1, steps + 1))  # every step once
+    assert straight.wait(timeout=300) == 0, straight.stderr.read()[-2000:]
+    final = f"checkpoints/global_step_{steps}/model/model.safetensors"
+    a, b = load_file(run / final), load_file(straight_dir / final)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -88,7 +88,9 @@ def run(
       and records the job id in `RUN/jobs.jsonl`; multi-node cells start a Ray cluster across the allocation
       first. Options come from the flags, else the sweep file's `slurm:` mapping.
     * **ray** submits each cell to a running Ray cluster through the Jobs API, uploading this project as
-      the job's working directory.
+      the job's working directory. Ray has no time limit of its own: `--time` gives each job one (the cell
+      checkpoints and stops `--signal-margin` before it), and with `--wait` a cell its limit stopped goes on
+      in a new job, up to `--max-allocations` jobs.
 
     With slurm or ray the command returns once the jobs are submitted; `--wait` keeps it watching until
     every cell has ended, filling free slots (`--max-parallel`) and resubmitting failures (`--retries`).
@@ -109,6 +111,8 @@ def run(
       repro sweep run sweeps/paper.yaml --launcher slurm --max-parallel 8 --wait --retries 2
 
       repro sweep run sweeps/tiny.yaml --launcher ray --ray-address http://head:8265
+
+      repro sweep run sweeps/paper.yaml --launcher ray --time 1-00:00:00 --max-allocations 4 --wait
     """
     _launch(_Launch.from_options(locals()), LAUNCHABLE_DEFAULT)
 

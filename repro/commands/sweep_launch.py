@@ -62,7 +62,12 @@ class _Launch:
                     "max_allocations",
                 )
             },
-            ray_flags={"address": options["ray_address"], "python": options["python"]},
+            ray_flags={
+                "address": options["ray_address"],
+                "python": options["python"],
+                # a time limit per Ray job (repro.launch.deadline), from the flags the Slurm options share
+                **{k: options.get(k) for k in ("time", "signal_margin", "max_allocations")},
+            },
             evaluate=options.get("evaluate", True),
             eval_checkpoints=options.get("eval_checkpoints"),
             require_flash_attn=options.get("require_flash_attn", False),
@@ -77,8 +82,13 @@ def _scheduler(args: _Launch, sweep):
         options = SlurmOptions.from_mapping(sweep.slurm, str(args.file)).merged(**args.slurm_flags)
         options.check("command line")
         return SlurmScheduler(options=options, project_dir=Path.cwd())
+    from repro.launch.deadline import TimeLimit
+
     ray = {**sweep.ray, **{k: v for k, v in args.ray_flags.items() if v is not None}}
-    return RayScheduler(address=ray.get("address") or DEFAULT_ADDRESS, python=ray.get("python") or "python")
+    limit = TimeLimit.from_values(ray, "command line")
+    return RayScheduler(
+        address=ray.get("address") or DEFAULT_ADDRESS, python=ray.get("python") or "python", limit=limit
+    )
 
 
 def _load(args: _Launch, *, need_eval: bool = False):
@@ -127,6 +137,14 @@ def _launch(args: _Launch, states: tuple[str, ...], train: bool = True) -> None:
     err = stderr_console()
     limit = f"at most {args.max_parallel} in flight" if args.max_parallel else "no limit on cells in flight"
     err.print(f"sweep {sweep.name}: {len(cells)} cells to {args.launcher}, {limit}, runs in {args.runs_root}")
+    time_limit = getattr(scheduler, "limit", None)
+    if time_limit is not None and train:
+        err.print(
+            f"ray: each job stops at {time_limit.time} (asked to checkpoint and stop before it) and the cell "
+            f"goes on in a new job, at most {time_limit.max_allocations} in all"
+            + ("" if args.wait else "; only while a command waits (--wait): otherwise run it again to continue them"),
+            highlight=False,
+        )
     report = submit_sweep(
         sweep,
         scheduler,
@@ -217,8 +235,10 @@ def _dry_run(args: _Launch, sweep, options) -> None:
         return
     from repro.launch.eval_stage import eval_argv
 
+    ray = _scheduler(args, sweep) if args.launcher == "ray" else None  # checks a time limit's options
     for plan in plans:
-        console.print(" ".join(shlex.quote(a) for a in plan.argv), soft_wrap=True, highlight=False)
+        argv = ray.cell_argv(plan) if ray is not None and ray.limit is not None else plan.argv
+        console.print(" ".join(shlex.quote(a) for a in argv), soft_wrap=True, highlight=False)
         if sweep.eval is not None:
             then = " ".join(shlex.quote(a) for a in eval_argv(plan.run_dir, sweep.eval, plan.argv[0]))
             console.print(f"  then: {then}", soft_wrap=True, highlight=False)

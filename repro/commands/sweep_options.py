@@ -74,7 +74,15 @@ DryRunOpt = Annotated[
 ]
 AccountOpt = Annotated[str | None, typer.Option("--account", help="slurm: --account (else the sweep file's).")]
 PartitionOpt = Annotated[str | None, typer.Option("--partition", help="slurm: --partition.")]
-TimeOpt = Annotated[str | None, typer.Option("--time", help="slurm: time limit per cell, e.g. 2-00:00:00.")]
+TimeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--time",
+        help="slurm: time limit per allocation, e.g. 2-00:00:00 (a cell spans allocations by requeueing). ray: a "
+        "limit per job, none by default; the cell checkpoints and stops before it and, with --wait, goes on in a new "
+        "job, e.g. --launcher ray --time 1-00:00:00 --wait.",
+    ),
+]
 GpusOpt = Annotated[
     int | None, typer.Option("--gpus-per-node", min=1, help="slurm: GPUs per node (default: the backbone's).")
 ]
@@ -85,13 +93,19 @@ MarginOpt = Annotated[
     typer.Option(
         "--signal-margin",
         min=1,
-        help="slurm: seconds before the time limit when the cell is asked to checkpoint and stop, then requeued "
-        "(default: 900 for GPU cells, one step plus a save; 60 for CPU cells).",
+        help="slurm, and ray with --time: seconds before the time limit when the cell is asked to checkpoint and "
+        "stop, then requeued or continued (default: a GPU cell's step plus its save; 60 for CPU cells; at most half "
+        "the limit), e.g. --signal-margin 1800.",
     ),
 ]
 AllocationsOpt = Annotated[
     int | None,
-    typer.Option("--max-allocations", min=1, help="slurm: allocations a cell may span by requeueing (default 4)."),
+    typer.Option(
+        "--max-allocations",
+        min=1,
+        help="slurm: allocations a cell may span by requeueing; ray with --time: jobs it may span by continuing "
+        "(default 4), e.g. --max-allocations 8.",
+    ),
 ]
 RayAddressOpt = Annotated[
     str | None, typer.Option("--ray-address", help="ray: the Jobs API address (default http://127.0.0.1:8265).")
