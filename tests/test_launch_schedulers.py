@@ -488,4 +488,5 @@ def test_a_cancelled_ray_cell_under_a_time_limit_is_not_continued(ray_address, t
     (cell,) = reports[0].cells
     assert (cell.state, cell.continuations) == ("cancelled", 0), cell
     assert len(job_records(run)) == 1
-    assert RunDir(run).status()["attempts"][-1]["state"] == "interrupted"
+    # interrupted: recorded by the cell, or (a loaded machine, Ray's SIGKILL 3 s after its TERM) read from its lock
+    assert RunDir(run).state == "interrupted"
