@@ -506,7 +506,8 @@ def _sweep_file(tmp_path: Path, extra: str = "") -> Path:
         (["--time", "10", "--signal-margin", "600"], "", "is not less than the time limit"),
         (["--signal-margin", "60"], "", "signal-margin apply to a Ray cell's time limit"),
         ([], "ray: {max_allocations: 3}\n", "max-allocations apply to a Ray cell's time limit"),
-        ([], "ray: {time: 1:00:00, signal_margin: 0}\n", "signal_margin must be a positive integer"),
+        ([], "ray: {time: '1:00:00', signal_margin: 0}\n", "signal_margin must be a positive integer"),
+        ([], "ray: {time: 1:00:00}\n", "time 3600 must be a string such as '4:00:00' (quoted in YAML)"),
     ],
 )
 def test_a_bad_ray_time_limit_is_one_error_line_and_exit_2(tmp_path, capsys, flags, extra, fragment) -> None:

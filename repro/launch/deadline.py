@@ -47,7 +47,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -102,7 +102,9 @@ class TimeLimit:
                     "(--time 4:00:00, or time: in the sweep file's ray: mapping)"
                 )
             return None
-        limit = cls(time=str(time_value), **rest)
+        if not isinstance(time_value, str):  # YAML reads 1:00:00 as the number 3600 (base 60)
+            raise ReproError(f"{where}: time {time_value!r} must be a string such as '4:00:00' (quoted in YAML)")
+        limit = cls(time=time_value, **rest)
         limit.check(where)
         return limit
 
@@ -141,7 +143,6 @@ class Outcome:
     warned_s: float | None = None  # seconds after the start at which the stop request was written
     terminated_s: float | None = None  # ... at which the cell's group got SIGTERM (the limit, or a cancel)
     killed_s: float | None = None  # ... at which it got SIGKILL
-    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
