@@ -5,14 +5,15 @@ that is warned, stops, is requeued and finishes, equal to an uninterrupted run."
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,6 +24,7 @@ from repro.launch.allocations import (
     STOP_HONOURED,
     STOP_REQUEST,
     STOPPED_EXIT,
+    allocation_ends,
     allocations,
     request_stop,
     stop_request,
@@ -34,6 +36,7 @@ from repro.launch.slurm import SlurmOptions, SlurmScheduler, render_script
 from repro.node_check import node_check_argv
 from repro.rundir import RunDir, cell_name
 from repro.rundir.attempts import first_logged_step, last_logged_step
+from repro.rundir.pause import PAUSE_ENV, pause_file, release
 from repro.sweep import load_sweep
 from repro.sweep_submit import submit_sweep
 
@@ -113,17 +116,23 @@ sys.exit(3)
 """
 
 
-def _bash_job(tmp_path: Path, mode: str, restart: int, send) -> tuple[int, str, str, dict | None]:
-    """Run the rendered script with bash as Slurm would (a fake `scontrol` on PATH), deliver `send`'s
-    signals once the fake trainer runs; (exit code, output, scontrol calls, stop request seen)."""
+def _bash_job(
+    tmp_path: Path, mode: str, restart: int, send, slurm_says: str = "JobState=RUNNING Reason=None"
+) -> tuple[int, str, str, dict | None]:
+    """Run the rendered script with bash as Slurm would (a fake `scontrol` on PATH that answers `show job` with
+    `slurm_says`, or with nothing when it is empty: slurmctld not answering), deliver `send`'s signals once the
+    fake trainer runs; (exit code, output, scontrol requeue calls, stop request seen)."""
     run = tmp_path / "run"
-    run.mkdir(exist_ok=True)
+    (run / "slurm").mkdir(parents=True, exist_ok=True)
     (run / "started").unlink(missing_ok=True)
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir(exist_ok=True)
     calls = tmp_path / "scontrol.calls"
     calls.unlink(missing_ok=True)
-    (fake_bin / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    (fake_bin / "scontrol").write_text(
+        f'#!/bin/sh\nif [ "$1" = show ]; then [ -n "{slurm_says}" ] && echo "JobId=$3 {slurm_says}"; exit 0; fi\n'
+        f'echo "$@" >> {calls}\n'
+    )
     (fake_bin / "scontrol").chmod(0o755)
     script = _script(tmp_path, _plan(run, ["python", "-c", FAKE_TRAINER, str(run), mode]), SlurmOptions())
     env = {
@@ -148,10 +157,14 @@ def _bash_job(tmp_path: Path, mode: str, restart: int, send) -> tuple[int, str, 
                     break
                 time.sleep(0.02)
         else:  # scancel, preemption, the time limit: every process of the job
-            time.sleep(0.3)
             os.killpg(proc.pid, signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
     return proc.returncode, out, calls.read_text() if calls.exists() else "", seen
+
+
+def _ends(tmp_path: Path) -> list[tuple]:
+    lines = (tmp_path / "run" / "slurm" / "allocations.jsonl").read_text().splitlines()
+    return [(r["stage"], r["job_id"], r["allocation"], r["end"], r["requeued"]) for r in map(json.loads, lines)]
 
 
 def test_usr1_asks_the_trainer_to_stop_and_requeues_the_same_job(tmp_path) -> None:
@@ -159,30 +172,74 @@ def test_usr1_asks_the_trainer_to_stop_and_requeues_the_same_job(tmp_path) -> No
     assert code == 0, out
     assert calls.strip() == "requeue 42"
     assert seen is not None and seen["job_id"] == "42" and seen["allocation"] == 1, seen
-    assert "allocation 1 of at most 4" in out and "requeueing job 42 for allocation 2 of 4" in out
+    assert "allocation 1 of at most 4" in out and "requeueing job 42 for allocation 2 of 4 (warning)" in out
+    assert _ends(tmp_path) == [("train", "42", 1, "warning", True)]
 
 
 def test_the_last_allocation_is_not_requeued(tmp_path) -> None:
     code, out, calls, _ = _bash_job(tmp_path, "honour", restart=3, send=["USR1"])
     assert (code, calls) == (STOPPED_EXIT, ""), out
     assert "allocation 4 was the last of 4" in out
+    assert _ends(tmp_path) == [("train", "42", 4, "warning", False)]
 
 
 def test_a_warning_the_finishing_cell_did_not_need_leaves_no_request(tmp_path) -> None:
     code, out, calls, seen = _bash_job(tmp_path, "finish", restart=0, send=["USR1"])
     assert seen is not None and (code, calls) == (0, ""), out
     assert not (tmp_path / "run" / STOP_REQUEST).exists()  # else a later attempt of this job would stop at once
+    assert _ends(tmp_path) == [("train", "42", 1, "finished", False)]
 
 
 def test_a_cancel_is_not_requeued(tmp_path) -> None:
-    code, out, calls, _ = _bash_job(tmp_path, "honour", restart=0, send=["TERM"])
+    code, out, calls, _ = _bash_job(
+        tmp_path, "honour", restart=0, send=["TERM"], slurm_says="JobState=COMPLETING Reason=None"
+    )
     assert (code, calls) == (128 + signal.SIGTERM, ""), out
     assert not (tmp_path / "run" / STOP_REQUEST).exists()
+    assert _ends(tmp_path) == [("train", "42", 1, "cancelled", False)]
 
 
-def test_a_time_limit_before_the_step_ends_is_not_requeued(tmp_path) -> None:
-    code, out, calls, seen = _bash_job(tmp_path, "ignore", restart=0, send=["USR1", "TERM"])
-    assert seen is not None and (code, calls) == (128 + signal.SIGTERM, ""), out
+@pytest.mark.parametrize(
+    ("send", "slurm_says"),
+    [
+        (["TERM"], "JobState=COMPLETING Reason=TimeLimit"),  # the limit with no warning before it (a short job)
+        (["USR1", "TERM"], "JobState=COMPLETING Reason=TimeLimit"),  # warned, the step outlasted the margin
+        (["USR1", "TERM"], "JobState=TIMEOUT Reason=TimeLimit"),  # the state another Slurm version shows
+        (["USR1", "TERM"], ""),  # warned, and slurmctld does not answer: a TERM after a warning is the limit
+    ],
+)
+def test_the_time_limit_requeues_the_job_before_the_kill(tmp_path, send, slurm_says) -> None:
+    code, out, calls, _ = _bash_job(tmp_path, "ignore", restart=0, send=send, slurm_says=slurm_says)
+    assert (code, calls.strip()) == (0, "requeue 42"), out
+    assert "the time limit" in out and "requeueing job 42 for allocation 2 of 4 (time limit)" in out
+    assert _ends(tmp_path) == [("train", "42", 1, "time limit", True)]
+
+
+def test_a_time_limit_in_the_last_allocation_leaves_the_run_interrupted(tmp_path) -> None:
+    code, out, calls, _ = _bash_job(
+        tmp_path, "ignore", restart=3, send=["TERM"], slurm_says="JobState=COMPLETING Reason=TimeLimit"
+    )
+    assert (code, calls) == (128 + signal.SIGTERM, ""), out
+    assert "allocation 4 was the last of 4" in out
+    assert _ends(tmp_path) == [("train", "42", 4, "time limit", False)]
+
+
+def test_a_term_without_a_warning_that_slurm_cannot_explain_is_not_requeued(tmp_path) -> None:
+    code, out, calls, _ = _bash_job(tmp_path, "ignore", restart=0, send=["TERM"], slurm_says="")
+    assert (code, calls) == (128 + signal.SIGTERM, ""), out
+    assert _ends(tmp_path) == [("train", "42", 1, "cancelled", False)]
+
+
+def test_an_allocation_of_a_finished_run_ends_at_once_with_success(tmp_path) -> None:
+    """The time limit can land after the last step was recorded; the job is then requeued so that it ends
+    COMPLETED (an afterok evaluation waits for that), and the next allocation must not start the trainer."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"state": "finished", "attempts": []}))
+    code, out, calls, _ = _bash_job(tmp_path, "ignore", restart=1, send=[])
+    assert (code, calls) == (0, ""), out
+    assert "the run is finished already" in out and not (run / "started").exists()
+    assert _ends(tmp_path) == [("train", "42", 2, "finished", False)]
 
 
 # ---- attempts, allocations, steps lost ---------------------------------------------------------------
@@ -308,128 +365,168 @@ def _show(job_id: str) -> str:
     return subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
 
 
-def _steps_lasting(times: list[float], seconds: float, cap: int) -> int:
-    """Steps that take about `seconds` at the mean of the step `times`, at least 40 and at most `cap`."""
-    return int(min(cap, max(40, seconds / max(sum(times) / len(times), 1e-3))))
+def _wait_for(what: str, ready, job_ids: list[str], run: Path, seconds: float = 300) -> None:
+    """Wait until `ready()`: a generous guard, not a timing the test depends on (the moments are the code's own)."""
+    deadline = time.monotonic() + seconds
+    while not ready():
+        if time.monotonic() > deadline:
+            logs = "".join(p.read_text()[-1500:] for p in sorted((run / "slurm").glob("*.out")))
+            raise AssertionError(f"never {what}: " + " | ".join(_show(j)[:400] for j in job_ids) + "\n" + logs)
+        time.sleep(0.1)
 
 
-def _steps_at_its_speed(run: Path, seconds: float) -> int:
-    """Steps that take about `seconds` at the speed `run` trained (its steps after the first)."""
-    times = [
-        json.loads(line)["data"]["timing_s/step"]
-        for f in sorted((run / "metrics").glob("attempt-*.jsonl"))
-        for line in f.read_text().splitlines()
-        if json.loads(line)["step"] > 1
-    ]
-    return _steps_lasting(times, seconds, cap=3000)
+SIGNAL_MARGIN = 20  # the warning of a 1-minute limit comes 40 s into the allocation
 
 
-def _steps_for(env: dict, run_dir: Path, seconds: float) -> int:
-    """Steps that take about `seconds` on this machine now (from 8 timed steps of the same cell), so the cell
-    outlasts its one-minute allocation on a fast machine and does not need more than a few on a slow one."""
-    subprocess.run(
-        [sys.executable, "cli.py", "run", "--model", "tiny-arith", "--method", "grpo-n4", "--steps", "8",
-         "--batch", "8", "--run-dir", str(run_dir)],
-        cwd=ROOT, env={**env, "REPRO_TORCH_THREADS": "1"}, check=True, capture_output=True,
-    )  # fmt: skip
-    times = [
-        json.loads(line)["data"]["timing_s/step"]
-        for line in (run_dir / "metrics" / "attempt-001.jsonl").read_text().splitlines()[2:]
-    ]
-    return _steps_lasting(times, seconds, cap=600)
+def _restarts(job_id: str) -> int:
+    match = re.search(r"\bRestarts=(\d+)", _show(job_id))
+    return int(match.group(1)) if match else -1
 
 
-def test_a_cell_longer_than_its_time_limit_continues_in_new_allocations_by_itself(slurm_env, tmp_path) -> None:
-    """--time=1 (Slurm's minimum, a minute) and a 10 s warning: slurmctld checks limits every 30 s and
-    signals once the time left is under margin + 30 s, so the job is warned 20-50 s in. The cell trains for
-    about 75 s (its step count is set from 8 timed steps: 0.2-0.85 s a step on the 2-core reference machine,
-    idle or loaded), so the first allocation cannot finish and the cell goes through at least one requeue,
-    then must equal the same run trained straight through. If the load falls after the calibration and the
-    cell fits in one allocation after all, it is tried once more, sized for 120 s at the speed it just ran."""
-    started = time.monotonic()
-    steps = _steps_for(slurm_env, tmp_path / "calibration", seconds=75)
-    # the calibration guesses the load to come: a cell that still fit in one allocation (the machine got faster
-    # meanwhile; a run of 8bd584d's suite trained 148 steps in 24 s) goes again, sized by its own step times
-    for attempt_no in range(2):
-        base = tmp_path / f"try{attempt_no}"
-        base.mkdir()
-        sweep_file = base / "one.yaml"
-        sweep_file.write_text(  # with an evaluation stage: its afterok job must wait for the final allocation
-            "name: one\nbackbones: [tiny-arith]\nmethods: [grpo-n4]\nprompt_sets: [standard]\n"
-            "eval: {benchmarks: tiny-aime, k: 2, checkpoints: final}\n"
-        )
-        cpu = CpuOptions(steps=steps, batch=8)
-        straight_dir = base / "straight"
-        straight = subprocess.Popen(  # the reference, on the other core meanwhile, with the job's one thread
-            [sys.executable, "cli.py", "run", "--model", "tiny-arith", "--method", "grpo-n4", *cpu.args(),
-             "--run-dir", str(straight_dir)],
-            cwd=ROOT, env={**slurm_env, "REPRO_TORCH_THREADS": "1"},
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        # 12 allocations: on the loaded 2-core machine (three xdist workers beside verl runs) one allocation can
-        # train under 10 s of the cell's 75, and 8 were once not enough (CI of 2e6ca41: "allocation 8 was the
-        # last of 8")
-        options = SlurmOptions(time="1", signal_margin=10, cpus_per_task=1, max_allocations=12)
-        runs = base / "runs"
-        report = submit_sweep(
-            load_sweep(sweep_file), SlurmScheduler(options=options, project_dir=ROOT), runs,
-            options=cpu, wait=True, poll=1, timeout=900, retries=0,  # a loaded machine needs more allocations
-        )  # fmt: skip
-        tried = runs / cell_name("tiny-arith", "grpo-n4", "standard", 0)
-        if attempt_no == 1 or len(RunDir(tried).status()["attempts"]) >= 2:
-            break
-        straight.kill()
-        straight.wait()
-        steps = _steps_at_its_speed(tried, seconds=120)
-    seconds = time.monotonic() - started
-    run = runs / cell_name("tiny-arith", "grpo-n4", "standard", 0)
-    records = job_records(run)
-    assert len(records) == 1  # submitted once: the continuations are requeues of the same job
-    job_id = str(records[0]["job_id"])
-    out = (run / "slurm" / f"slurm-{job_id}.out").read_text()
-    assert [c.state for c in report.cells] == ["finished"], (report.cells, out[-3000:])
-    attempts = RunDir(run).status()["attempts"]
-    # the evaluation job, submitted once behind the training job, ran after its last allocation
-    (eval_job,) = [json.loads(x) for x in (run / "eval-jobs.jsonl").read_text().splitlines()]
-    assert eval_job["after"] == job_id and report.cells[0].eval_state == "done", report.cells
-    summary = run / "eval" / f"global_step_{steps}" / "summary.json"
-    assert json.loads(summary.read_text())["k"] == 2
-    assert datetime.fromtimestamp(summary.stat().st_mtime, UTC).isoformat() >= attempts[-1]["ended"]
-    deadline = time.monotonic() + 30  # the run is finished; let its script end so Slurm logs the allocation
-    while "JobState=COMPLETED" not in (show := _show(job_id)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    sacct = subprocess.run(
-        ["sacct", "-c", "-j", job_id, "--format=JobID,State,Start,End,Elapsed,ExitCode"], capture_output=True, text=True
-    ).stdout
-    spans = [(a.get("resumed_from_step"), a.get("last_logged_step")) for a in attempts]
-    print(f"\n{len(attempts)} allocations in {seconds:.0f}s, (resumed from, last step): {spans}\n{sacct}\n{show}")
-    print("\n".join(line for line in out.splitlines() if line.startswith("repro:")))
-    # one submission, one job id, several allocations: all but the last stopped on request, nothing lost
-    assert len(attempts) >= 2, out[-3000:]
-    assert {a["job_id"] for a in attempts} == {job_id} and all(a["launcher"] == "slurm" for a in attempts)
-    assert [a["state"] for a in attempts] == ["interrupted"] * (len(attempts) - 1) + ["finished"]
-    for before, after in itertools.pairwise(attempts):
-        step = before["last_logged_step"]
-        if step is None:  # warned while it was starting: no step trained, its checkpoint is the one it resumed from
-            step = before.get("resumed_from_step") or 0
-        assert before["error"] == f"allocation ending: checkpoint at step {step}, 0 steps lost"
-        assert after["resumed_from_step"] == (step or None)  # the CPU trainer records a start from scratch as None
-    assert f"Restarts={len(attempts) - 1}" in show
-    assert out.count("requeueing job") == len(attempts) - 1
-    assert allocations(run) == (len(attempts), 0)
-    assert _steps(run) == list(range(1, steps + 1))  # every step once
-    assert not (run / STOP_REQUEST).exists()
-    # the cell that crossed allocations is the straight run, bit for bit
-    assert straight.wait(timeout=300) == 0, straight.stderr.read()[-2000:]
+def _time_limit_now(job_id: str, run: Path) -> None:
+    """Slurm's own time limit, now: slurmctld ends the job TIMEOUT at its next limit check (every 30 s), with
+    the TERM, the KillWait and the job state Reason=TimeLimit of a real --time running out. Moving the end
+    sets the job's TimeLimit (to a minute, rounded up) for its later allocations too, so once the job script
+    has requeued it the limit is put back before the next allocation can be warned for it: a requeued job
+    waits cred_expire (10 s) to start, and its warning would come 40 s after that (SIGNAL_MARGIN)."""
+    limit = re.search(r"\bTimeLimit=(\S+)", _show(job_id))
+    assert limit is not None, _show(job_id)
+    before = _restarts(job_id)
+    # slurmctld reads local time, to the second, and refuses an end already past when the request arrives
+    stamp = (datetime.now() + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%S")
+    done = subprocess.run(["scontrol", "update", f"JobId={job_id}", f"EndTime={stamp}"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    _wait_for("requeued by its script", lambda: _restarts(job_id) > before, [job_id], run, 120)
+    done = subprocess.run(["scontrol", "update", f"JobId={job_id}", f"TimeLimit={limit.group(1)}"],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def _warn(job_id: str, run: Path) -> None:
+    """The allocation's warning, as Slurm's --signal=B:USR1 sends it (to the batch shell), and its stop request."""
+    done = subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    _wait_for("the stop request", lambda: stop_request(run) is not None, [job_id], run, 60)
+
+
+def _drive(run: Path, job_id: str, script: list[tuple[Path, str]], errors: list[BaseException]) -> None:
+    """End each allocation where the script says: wait for the cell's pause file, then act on the real job."""
+    try:
+        for pause, action in script:
+            _wait_for(f"paused at {pause.name}", pause.exists, [job_id], run)
+            if action in ("warn, then release", "warn, then time limit"):
+                _warn(job_id, run)
+            if action.endswith("release"):
+                moment, _, step = pause.name.partition("-")
+                release(pause.parent.parent, moment, int(step) if step else None)
+            else:
+                _time_limit_now(job_id, run)
+    except BaseException as exc:  # re-raised by the test
+        errors.append(exc)
+
+
+def _final_weights(run: Path, steps: int) -> dict:
     from safetensors.torch import load_file
 
-    final = f"checkpoints/global_step_{steps}/model/model.safetensors"
-    a, b = load_file(run / final), load_file(straight_dir / final)
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    last_a = json.loads((run / "metrics" / f"attempt-{len(attempts):03d}.jsonl").read_text().splitlines()[-1])
+    return load_file(run / f"checkpoints/global_step_{steps}/model/model.safetensors")
+
+
+def test_an_allocation_ending_at_any_moment_leaves_the_cell_requeued_and_then_finished(slurm_env, tmp_path) -> None:
+    """Two tiny-arith cells on the real one-node Slurm, each a job whose allocations end at chosen moments. The
+    cell waits at each moment (REPRO_PAUSE_AT, repro.rundir.pause) while the test ends its allocation there
+    through Slurm itself: the time limit (`scontrol update EndTime=now`: TERM, Reason=TimeLimit, KillWait), or
+    the warning (`scancel --batch --signal=USR1`, what --signal=B:USR1 sends) with the cell let go on. Cell A:
+    the time limit while the attempt starts, mid-save, and during its evaluation job; cell B: the warning
+    honoured after step 2, the warning with the time limit before step 4 ends, and the time limit after the last
+    step. No moment depends on how fast the machine is. Both finish, each step trained once, every allocation's
+    end recorded and shown by `repro status`, and the final weights equal an uninterrupted run's."""
+    steps, cpu = 6, CpuOptions(steps=6, batch=8)
+    straight_dir = tmp_path / "straight"
+    env = {k: v for k, v in slurm_env.items() if k != PAUSE_ENV}
+    straight = subprocess.Popen(  # the reference, uninterrupted, with the jobs' one thread
+        [sys.executable, "cli.py", "run", "--model", "tiny-arith", "--method", "grpo-n4", *cpu.args(),
+         "--run-dir", str(straight_dir)],
+        cwd=ROOT, env={**env, "REPRO_TORCH_THREADS": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    options = SlurmOptions(time="10", signal_margin=SIGNAL_MARGIN, cpus_per_task=1, max_allocations=6)
+    name = cell_name("tiny-arith", "grpo-n4", "standard", 0)
+    cells = {}
+    for key, pauses, with_eval in (("a", "start,save:4,eval", True), ("b", "step:2,step:4,end", False)):
+        sweep_file = tmp_path / f"{key}.yaml"
+        evaluation = "eval: {benchmarks: tiny-aime, k: 2, checkpoints: final}\n" if with_eval else ""
+        sweep_file.write_text(
+            f"name: {key}\nbackbones: [tiny-arith]\nmethods: [grpo-n4]\nprompt_sets: [standard]\n{evaluation}"
+        )
+        os.environ[PAUSE_ENV] = pauses  # sbatch hands the submitter's environment to every allocation
+        try:
+            submit_sweep(load_sweep(sweep_file), SlurmScheduler(options=options, project_dir=ROOT), tmp_path / key,
+                         options=cpu, wait=False)  # fmt: skip
+        finally:
+            os.environ.pop(PAUSE_ENV, None)
+        run = tmp_path / key / name
+        cells[key] = (run, str(job_records(run)[0]["job_id"]))
+    (run_a, job_a), (run_b, job_b) = cells["a"], cells["b"]
+    eval_dir = run_a / "eval" / f"global_step_{steps}"
+    scripts = {
+        "a": [(pause_file(run_a, "start"), "time limit"), (pause_file(run_a, "save", 4), "time limit")],
+        "b": [
+            (pause_file(run_b, "step", 2), "warn, then release"),
+            (pause_file(run_b, "step", 4), "warn, then time limit"),
+            (pause_file(run_b, "end"), "time limit"),
+        ],
+    }
+    errors: list[BaseException] = []
+    threads = [
+        threading.Thread(target=_drive, args=(cells[k][0], cells[k][1], scripts[k], errors), daemon=True) for k in "ab"
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=900)
+    assert not errors, errors[0]
+    (eval_job,) = [json.loads(x) for x in (run_a / "eval-jobs.jsonl").read_text().splitlines()]
+    assert eval_job["after"] == job_a  # submitted once, behind the training job, through all its requeues
+    _drive(run_a, str(eval_job["job_id"]), [(pause_file(eval_dir, "eval"), "time limit")], errors)
+    assert not errors, errors[0]
+    for job_id in (job_a, job_b, str(eval_job["job_id"])):
+        run = run_a if job_id != job_b else run_b
+        _wait_for("completed", lambda j=job_id: "JobState=COMPLETED" in _show(j), [job_id], run)
+    ends = {key: allocation_ends(run) for key, (run, _) in cells.items()}
+    print("\n" + "\n".join(f"{key}: {'; '.join(lines)}" for key, lines in ends.items()))
+    assert ends["a"] == [
+        "1: time limit before its first step, requeued",
+        "2: time limit while saving step 4, requeued",
+        "3: finished",
+        "eval 1: time limit, requeued",
+        "eval 2: finished",
+    ]
+    assert ends["b"] == [
+        "1: warning after step 2, requeued",
+        "2: time limit during step 4, requeued",
+        "3: time limit after the last step, requeued",
+        "4: finished",
+    ]
+    assert "Restarts=2" in _show(job_a) and "Restarts=3" in _show(job_b)
+    assert json.loads((eval_dir / "summary.json").read_text())["k"] == 2
+    assert straight.wait(timeout=300) == 0, straight.stderr.read()[-2000:]
+    want = _final_weights(straight_dir, steps)
     last_b = json.loads((straight_dir / "metrics" / "attempt-001.jsonl").read_text().splitlines()[-1])
     untimed = {k: v for k, v in last_b["data"].items() if not k.startswith("timing_s/")}
-    assert {k: last_a["data"][k] for k in untimed} == untimed
+    for key, (run, _job) in cells.items():
+        attempts = RunDir(run).status()["attempts"]
+        assert RunDir(run).state == "finished" and attempts[-1]["state"] == "finished", attempts
+        assert _steps(run) == list(range(1, steps + 1)), key  # every step logged once: nothing trained twice
+        assert allocations(run) == (len(attempts), 0)
+        got = _final_weights(run, steps)
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), key
+        last = json.loads(sorted((run / "metrics").glob("attempt-*.jsonl"))[-1].read_text().splitlines()[-1])
+        assert {k: last["data"][k] for k in untimed} == untimed, key
+        assert not (run / STOP_REQUEST).exists()
+    # a save cut by the kill left its staging folder; the checkpoint before it was the one resumed
+    assert [a.get("resumed_from_step") for a in RunDir(run_a).status()["attempts"]] == [None, None, 3]
+    shown = subprocess.run([sys.executable, "cli.py", "status", "--runs-root", str(tmp_path / "b"), "--no-scheduler"],
+                           cwd=ROOT, env={**env, "COLUMNS": "400"}, capture_output=True, text=True)  # fmt: skip
+    assert shown.returncode == 0 and "2: time limit during step 4, requeued" in shown.stdout, shown.stdout
 
 
 # A stand-in for verl's trainer in the real allocations: verl 0.9.1's save layout (tests/verl_layout.py: FSDP

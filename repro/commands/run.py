@@ -28,6 +28,7 @@ from repro.launch.plan import verl_size_sets
 from repro.loggers import DEFAULT as DEFAULT_LOGGERS
 from repro.loggers import LOGGERS, parse_loggers
 from repro.rundir import RunDir
+from repro.rundir.pause import pause_at
 
 DEFAULT_RUNS_ROOT = Path("runs")
 
@@ -40,6 +41,14 @@ class _Terminated(BaseException):
 def _on_sigterm(signum, frame):
     raise _Terminated()
 
+
+def _where(moment: str) -> str:
+    """A trainer's moment (`CpuTrainer.moment`: starting, step N, saving step N, after step N) in words."""
+    if moment.startswith("step "):
+        return f"during {moment}"
+    if moment.startswith("after "):
+        return moment
+    return f"while {moment}"
 
 def run(
     context: typer.Context,
@@ -202,7 +211,7 @@ def _provenance(cell: ResolvedCell) -> str:
 
 def _train(cell: ResolvedCell, config, path: Path, overwrite: bool, note: str | None, loggers: tuple[str, ...]) -> None:
     from repro.launch.allocations import STOPPED_EXIT, clear_stale_request, discard_request, stop_reason
-    from repro.launch.attempt import launcher_from_env
+    from repro.launch.attempt import allocation_from_env, launcher_from_env
     from repro.local.trainer import CpuTrainer, StopRequested
     from repro.local.weights import ensure_built
     from repro.tasks.tiny_arith import ensure_data
@@ -216,9 +225,12 @@ def _train(cell: ResolvedCell, config, path: Path, overwrite: bool, note: str | 
     ensure_built(cell.backbone)
     launcher, job_id = launcher_from_env()
     # the CPU and kernels this attempt computes with (the config holds the pinned arithmetic itself)
-    metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id, extra={"arithmetic": arithmetic.in_force()})
+    extra = {"arithmetic": arithmetic.in_force(), **allocation_from_env()}
+    metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id, extra=extra)
     clear_stale_request(path, job_id)
+    pause_at(path, "start")  # a rehearsal's moment: killed here, the attempt never got to its handler
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    trainer = None
     started = time.perf_counter()
     rewards: list[float] = []
     total = config.train.total_training_steps
@@ -245,11 +257,15 @@ def _train(cell: ResolvedCell, config, path: Path, overwrite: bool, note: str | 
             )
             last = trainer.fit(metrics_path)
     except StopRequested as stop:  # the allocation is ending; the job script requeues on STOPPED_EXIT
-        rundir.end_attempt("interrupted", stop_reason(stop.step))
+        moment = "starting" if trainer is None or trainer.moment == "starting" else f"after step {stop.step}"
+        rundir.end_attempt("interrupted", stop_reason(stop.step), moment=moment)
         err.print(f"stopped after step {stop.step} (checkpointed) for the next allocation; it resumes from {path}")
         raise typer.Exit(STOPPED_EXIT) from None
     except (KeyboardInterrupt, _Terminated):
-        rundir.end_attempt("interrupted", "stopped by a signal")
+        moment = "starting" if trainer is None else trainer.moment
+        latest = rundir.latest_checkpoint()
+        stands = f"the checkpoint of step {latest[0]} stands" if latest else "no checkpoint yet"
+        rundir.end_attempt("interrupted", f"stopped by a signal {_where(moment)}; {stands}", moment=moment)
         err.print(f"interrupted; run the same command again to resume from {path}")
         raise typer.Exit(130) from None
     except BaseException as exc:
@@ -258,7 +274,8 @@ def _train(cell: ResolvedCell, config, path: Path, overwrite: bool, note: str | 
     finally:
         signal.signal(signal.SIGTERM, previous)
     discard_request(path)  # one that came during the last step: there is nothing left to stop
-    rundir.end_attempt("finished")
+    rundir.end_attempt("finished", moment="finished")
+    pause_at(path, "end")  # a rehearsal's moment: finished and recorded, the process not yet gone
     seconds = time.perf_counter() - started
     window = max(1, min(10, len(rewards) // 2))
     head = sum(rewards[:window]) / window if rewards else float("nan")

@@ -47,7 +47,9 @@ def status(
     ] = True,
 ) -> None:
     """Show every cell's state: pending, queued, running, finished, failed, interrupted or cancelled, with why;
-    the steps it lost to interruptions; and, with --sweep, its evaluation stage: pending, waiting (behind its
+    the steps it lost to interruptions; what ended each allocation of a cell that took several (the warning,
+    the time limit, a cancel) and where its trainer was then (starting, during step N, saving step N, after
+    step N, after the last step); and, with --sweep, its evaluation stage: pending, waiting (behind its
     training job), queued, running, done (with the final checkpoint's weighted Ave@k), failed (with its
     log) or not started (training failed).
 
@@ -90,10 +92,11 @@ def status(
         shown = es.state + (f" {100 * es.weighted:.1f}%" if es.weighted is not None else "")
         notes = (cs.reason, _attention(path), f"eval: {es.reason}" if es.reason and es.state != "off" else "")
         reasons = [r for r in notes if r]
-        rows.append((name, cs, job, _lost(path), es, shown, "; ".join(reasons)))
-    # the steps-lost and eval columns only where they say something, so the reason keeps its width
+        rows.append((name, cs, job, _lost(path), es, shown, "; ".join(reasons), _ends(path)))
+    # the steps-lost, eval and allocation-end columns only where they say something, so the reason keeps its width
     show_lost = any(lost not in ("", "0") for _, _, _, lost, *_ in rows)
-    show_eval = spec is not None or any(es.state != "off" for *_, es, _, _ in rows)
+    show_ends = any(len(ends) > 1 for *_, ends in rows)
+    show_eval = spec is not None or any(es.state != "off" for _, _, _, _, es, *_ in rows)
     table = Table(title=f"runs in {runs_root}" + (f" for {sweep}" if sweep else ""))
     for column, justify in (("cell", "left"), ("state", "left"), ("attempts", "right"), ("job", "left")):
         table.add_column(column, justify=justify)
@@ -101,11 +104,14 @@ def status(
         table.add_column("steps lost", justify="right")
     if show_eval:
         table.add_column("eval", justify="left")
+    if show_ends:
+        table.add_column("allocation ends", overflow="fold")
     table.add_column("reason", overflow="fold")
-    for name, cs, job, lost, es, shown, reason in rows:
+    for name, cs, job, lost, es, shown, reason, ends in rows:
         row = [name, Text(cs.state, style=_STYLE.get(cs.state, "")), str(cs.attempts), job]
         row += [lost] if show_lost else []
         row += [Text(shown, style=_STYLE.get(es.state, ""))] if show_eval else []
+        row += [Text("; ".join(ends))] if show_ends else []
         table.add_row(*row, Text(reason))
     console.print(table)
     console.print(", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
@@ -139,6 +145,13 @@ def _lost(path: Path) -> str:
     except Exception:  # a half-written folder: the state column says what is wrong
         return ""
     return str(lost)
+
+
+def _ends(path: Path) -> list[str]:
+    """What ended each of the run's allocations, and where its trainer was (repro.launch.allocations)."""
+    from repro.launch.allocations import allocation_ends
+
+    return allocation_ends(path)
 
 
 def _evaluated(path: Path):

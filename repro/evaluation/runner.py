@@ -19,6 +19,7 @@ from repro.errors import ReproError
 from repro.evaluation import benchmarks as bench
 from repro.evaluation.extract import check_mode, extract
 from repro.model_files import WEIGHT_FILES, missing_weights  # noqa: F401  re-exported: eval and its tests
+from repro.rundir.pause import pause_at
 
 # A "model run folder" (<runs root>/<key>/) holds the evaluation of a model named from the catalog: this
 # marker file (kind, key, backbone, prompt set, weights) and eval/ (records + summary.json). `repro collect`
@@ -368,6 +369,7 @@ def evaluate_benchmark(
                     records.append(record)
                     lines.append(json.dumps(record))
             append_lines(handle, lines)
+            pause_at(out_file.parent, "eval")  # a rehearsal's moment: records written, the evaluation not done
             if on_problems:
                 on_problems(len(batch))
     return records

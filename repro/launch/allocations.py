@@ -29,6 +29,7 @@ from repro.rundir.status import now
 
 STOP_REQUEST = ".stop-request.json"
 STOP_HONOURED = ".stop-honoured.json"
+ENDS_FILE = "slurm/allocations.jsonl"  # one line per allocation's end, written by the Slurm job scripts
 STOPPED_EXIT = 75  # EX_TEMPFAIL: "stopped on request, not finished; run again" - what the job script requeues on
 
 
@@ -135,3 +136,58 @@ def allocations(run_dir: str | os.PathLike[str]) -> tuple[int, int]:
                 lost += max(0, last - resumed)
                 break
     return len(attempts), lost
+
+
+def _where(moment: object, end: str) -> str:
+    """Where an attempt's trainer was when its allocation ended (its record's `moment`), in words."""
+    if not isinstance(moment, str) or not moment:
+        return ""  # killed before it could say (a SIGKILL, or a TERM before its handler was installed)
+    if moment == "finished":
+        return "" if end == "finished" else " after the last step"
+    if moment.startswith("step "):
+        return f" during {moment}"
+    if moment.startswith("after "):
+        return f" {moment}"
+    return f" while {moment}"  # starting, saving step N, training
+
+
+def _script_ends(run_dir: Path) -> list[dict[str, Any]]:
+    try:
+        text = (run_dir / ENDS_FILE).read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line torn by the kill that ended its allocation
+        if isinstance(record, dict) and isinstance(record.get("allocation"), int):
+            out.append(record)
+    return out
+
+
+def allocation_ends(run_dir: str | os.PathLike[str]) -> list[str]:
+    """What ended each allocation of a run, and where its trainer was then, one phrase each, in order
+    ("1: time limit while starting, requeued", "2: warning after step 4, requeued", "eval 1: time limit, requeued").
+    A Slurm run's job script recorded each end (slurm/allocations.jsonl) and its attempts their moment; a run of
+    another launcher has its attempts alone. Never raises."""
+    run = RunDir(run_dir)
+    try:
+        attempts = [a for a in run.status().get("attempts") or [] if isinstance(a, dict)]
+    except (ReproError, OSError):
+        attempts = []
+    ends = _script_ends(Path(run_dir))
+    if not ends:
+        return [f"{a.get('n')}: {a.get('state')}{_where(a.get('moment'), str(a.get('state')))}" for a in attempts]
+    by_allocation = {(str(a.get("job_id")), a.get("allocation")): a for a in attempts if a.get("allocation")}
+    out = []
+    for end in ends:
+        stage = "eval " if end.get("stage") == "eval" else ""
+        attempt = by_allocation.get((str(end.get("job_id")), end["allocation"])) if not stage else None
+        what = str(end.get("end", "?"))
+        where = _where(attempt.get("moment"), what) if attempt else ""
+        if attempt and not where and _last(run, attempt) is None and what != "finished":
+            where = " before its first step"  # the attempt left no word and no step: it was still starting
+        out.append(f"{stage}{end['allocation']}: {what}{where}" + (", requeued" if end.get("requeued") else ""))
+    return out

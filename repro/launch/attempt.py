@@ -44,9 +44,19 @@ JOB_ID_ENV = "REPRO_JOB_ID"
 THREADS_ENV = "REPRO_TORCH_THREADS"  # CPU cells: torch threads, when a launcher runs several cells at once
 
 
+ALLOCATION_ENV = "REPRO_ALLOCATION"  # the Slurm job script's allocation number (1 + the job's requeues)
+
+
 def launcher_from_env() -> tuple[str, str | None]:
     """(launcher, job id) for an attempt record: what the launcher exported, else a plain local run."""
     return os.environ.get(LAUNCHER_ENV) or "local", os.environ.get(JOB_ID_ENV) or None
+
+
+def allocation_from_env() -> dict[str, int]:
+    """{"allocation": n} for an attempt record when a job script says which allocation this is: `repro status`
+    pairs it with the script's record of how that allocation ended (slurm/allocations.jsonl)."""
+    raw = os.environ.get(ALLOCATION_ENV, "")
+    return {"allocation": int(raw)} if raw.isdigit() else {}
 
 
 def _cpu_cell(argv: Sequence[str]) -> bool:
@@ -69,20 +79,7 @@ def run_attempt(rundir: RunDir, argv: Sequence[str]) -> int:
     """
     launcher, job_id = launcher_from_env()
     # a CPU rehearsal's attempt records the CPU it ran on, unpinned (see _trainer_env)
-    extra = {"arithmetic": {"pinned": False, "cpu": arithmetic.cpu_model()}} if _cpu_cell(argv) else None
-    metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id, extra=extra)
-    clear_stale_request(rundir.path, job_id)
-    take_honoured(rundir.path)  # a record no attempt collected (that attempt was killed) says nothing of this one
-    latest = rundir.latest_checkpoint()  # what verl's resume_mode=auto loads: the tracker file's step
-    final = [part.replace(PLACEHOLDER, metrics_path.name) for part in argv]
-    # the saves earlier allocations left: all but the newest K slimmed before the trainer starts
-    when = f"at the start of attempt {int(metrics_path.stem.removeprefix('attempt-'))}"
-    for line in retain(rundir.checkpoints_dir, kept_from_overrides(final), when):
-        print(line, flush=True)
-    final, attention = attention_fallback(final)  # no flash-attn on this node: sdpa, said, not a failed cell
-    if attention is not None:
-        used, asked = attention["used"], attention["asked"]
-        print(f"repro: attention {used} instead of {asked}: {attention['why']}", file=sys.stderr)
+    extra = {"arithmetic": {"pinned": False, "cpu": arithmetic.cpu_model()}} if _cpu_cell(argv) else {}
     stopped: list[int] = []
     proc: subprocess.Popen | None = None
 
@@ -91,11 +88,35 @@ def run_attempt(rundir: RunDir, argv: Sequence[str]) -> int:
         if proc is not None and proc.poll() is None:
             proc.send_signal(signum)
 
+    metrics_path = rundir.begin_attempt(launcher=launcher, job_id=job_id, extra={**extra, **allocation_from_env()})
+    # from here on a TERM is recorded, whenever it comes: slimming old saves can take minutes on a big model
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        extra = {"attention": attention} if attention else {}
-        rundir.set_attempt(command=final, resumed_from_step=latest[0] if latest else None, **extra)
+        clear_stale_request(rundir.path, job_id)
+        take_honoured(rundir.path)  # a record no attempt collected (that attempt was killed) says nothing of this one
+        latest = rundir.latest_checkpoint()  # what verl's resume_mode=auto loads: the tracker file's step
+        final = [part.replace(PLACEHOLDER, metrics_path.name) for part in argv]
+        # the saves earlier allocations left: all but the newest K slimmed before the trainer starts
+        when = f"at the start of attempt {int(metrics_path.stem.removeprefix('attempt-'))}"
+        for line in retain(rundir.checkpoints_dir, kept_from_overrides(final), when):
+            print(line, flush=True)
+        final, attention = attention_fallback(final)  # no flash-attn on this node: sdpa, said, not a failed cell
+        if attention is not None:
+            used, asked = attention["used"], attention["asked"]
+            print(f"repro: attention {used} instead of {asked}: {attention['why']}", file=sys.stderr)
+        fields = {"attention": attention} if attention else {}
+        rundir.set_attempt(command=final, resumed_from_step=latest[0] if latest else None, **fields)
+        if stopped:  # the job ended while this attempt was starting: no trainer to start
+            rundir.end_attempt("interrupted", f"stopped by signal {stopped[0]} while starting", moment="starting")
+            return 128 + stopped[0]
+        if stop_request(rundir.path) is not None:  # warned while starting: the trainer would not reach a step
+            discard_request(rundir.path)
+            step = latest[0] if latest else 0
+            rundir.end_attempt("interrupted", stop_reason(step), moment="starting")
+            return STOPPED_EXIT
         proc = subprocess.Popen(final, env=_trainer_env(final))
+        if stopped:  # the signal came between the check above and the trainer's start
+            proc.send_signal(stopped[0])
         code = proc.wait()
     except BaseException as exc:
         rundir.end_attempt("failed", f"{type(exc).__name__}: {exc}")
@@ -108,10 +129,11 @@ def run_attempt(rundir: RunDir, argv: Sequence[str]) -> int:
     discard_request(rundir.path)
     if honoured is not None:  # the step is saved whatever the trainer's teardown did after it
         after = f" (the trainer then exited with {code})" if code else ""
-        rundir.end_attempt("interrupted", stop_reason(int(honoured.get("step", 0))) + after)
+        step = int(honoured.get("step", 0))
+        rundir.end_attempt("interrupted", stop_reason(step) + after, moment=f"after step {step}")
         return STOPPED_EXIT
     if stopped:
-        rundir.end_attempt("interrupted", f"stopped by signal {stopped[0]}" + _lost(rundir, pending))
+        rundir.end_attempt("interrupted", f"stopped by signal {stopped[0]}" + _lost(rundir, pending), moment="training")
     elif code == 0:
         rundir.end_attempt("finished")
     else:

@@ -260,7 +260,7 @@ def render_eval_script(
 ) -> str:
     """The sbatch script of one cell's evaluation: one node, the cell's GPUs, one `repro eval` process
     that starts one shard per GPU (CUDA_VISIBLE_DEVICES from Slurm's allocation)."""
-    from repro.launch.slurm import SLURM_DIR, _command_line, job_environment
+    from repro.launch.slurm import SLURM_DIR, _command_line, continuation_tail, job_environment, limit_lines
     from repro.paths import repro_home
     from repro.weights_cache import job_env
 
@@ -274,6 +274,8 @@ def render_eval_script(
         "--ntasks-per-node=1",
         f"--cpus-per-task={cpus}",
         f"--time={spec.time}",
+        "--requeue",  # the time limit requeues it (the evaluation resumes from its records)
+        "--open-mode=append",  # every allocation appends to the same eval-<job id>.out
     ]
     if gpus:
         sbatch.append(f"--gpus-per-node={gpus}")
@@ -291,7 +293,16 @@ def render_eval_script(
     ]
     if not gpus:
         lines.append('export OMP_NUM_THREADS="$SLURM_CPUS_PER_TASK"')
-    lines += [_command_line(eval_argv(run_dir, spec)), ""]
+    lines += [
+        "# --- the time limit ---------------------------------------------------------------------------",
+        "# Slurm's TERM for the time limit (Reason=TimeLimit) requeues this job before the kill: the next",
+        "# allocation's `repro eval` skips what is recorded and goes on. Any other TERM (scancel) ends it.",
+        *limit_lines(run_dir, options.max_allocations, "eval"),
+        'echo "repro: evaluation allocation $allocation of at most $max_allocations (job $SLURM_JOB_ID)"',
+        _command_line(eval_argv(run_dir, spec)) + " &",
+        *continuation_tail("eval"),
+        "",
+    ]
     return "\n".join(lines)
 
 

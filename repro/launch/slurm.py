@@ -26,7 +26,7 @@ from typing import Any
 
 from repro.atomic import write_text
 from repro.errors import ReproError
-from repro.launch.allocations import STOP_REQUEST, STOPPED_EXIT
+from repro.launch.allocations import ENDS_FILE, STOP_REQUEST, STOPPED_EXIT
 from repro.launch.jobs import JobState, now
 from repro.launch.plan import CellPlan
 from repro.launch.slurm_options import SlurmOptions, time_seconds
@@ -92,6 +92,61 @@ def signal_margin(plan: CellPlan, options: SlurmOptions) -> int:
     return max(1, min(default, time_seconds(options.time) // 2))
 
 
+def limit_lines(run_dir: Path, max_allocations: int, stage: str) -> list[str]:
+    """Bash lines shared by the training and the evaluation scripts: the allocation count, the record of how
+    each allocation ended (slurm/allocations.jsonl, read by `repro status`), and the TERM trap that tells
+    Slurm's time limit from a cancel and requeues the job before the kill."""
+    return [
+        f"max_allocations={max_allocations}",
+        "allocation=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))",
+        'export REPRO_ALLOCATION="$allocation"  # each attempt records which allocation it ran in',
+        f"ends_file={_q(run_dir / ENDS_FILE)}",
+        'warned=""  # set by USR1: this allocation is ending',
+        'terminated=""  # set by TERM: the time limit, a cancel, or preemption',
+        'limit=""  # set by a TERM that Slurm sent for the time limit',
+        'requeued=""  # this allocation has asked Slurm for the next one',
+        'ended=""  # this allocation\'s end is recorded',
+        "record_end() {  # $1: what ended this allocation, $2: whether the job was requeued",
+        '  [[ -n "$ended" ]] && return 0',
+        "  ended=1",
+        f'  printf \'{{"stage": "{stage}", "job_id": "%s", "allocation": %d, "end": "%s", "requeued": %s, '
+        '"at": "%s"}\\n\' "$SLURM_JOB_ID" "$allocation" "$1" "$2" "$(date -u +%FT%T+00:00)" >> "$ends_file" || true',
+        "}",
+        "requeue() {  # $1: why; asks Slurm for the next allocation of this same job id, once",
+        '  [[ -n "$requeued" ]] && return 0',
+        "  if (( allocation >= max_allocations )); then",
+        '    echo "repro: allocation $allocation was the last of $max_allocations; the run stays interrupted"',
+        '    record_end "$1" false',
+        "    return 1",
+        "  fi",
+        "  requeued=1",
+        '  echo "repro: requeueing job $SLURM_JOB_ID for allocation $(( allocation + 1 )) of $max_allocations ($1)"',
+        "  # a requeue ends this allocation at once: Slurm's TERM may reach this script before scontrol returns",
+        '  if timeout 20 scontrol requeue "$SLURM_JOB_ID"; then record_end "$1" true; return 0; fi',
+        '  echo "repro: scontrol requeue failed"',
+        '  record_end "$1" false',
+        "  return 1",
+        "}",
+        "on_term() {",
+        "  terminated=1 signalled=1",
+        "  # Slurm sends TERM to every process of the job for its time limit, a cancel, preemption and a requeue;",
+        "  # only the first ends a run that should go on, and only slurmctld knows which it was (Reason=TimeLimit)",
+        '  local why=""',
+        '  [[ -n "$requeued" ]] || why="$(timeout 10 scontrol show job "$SLURM_JOB_ID" -o 2>/dev/null \\',
+        "    | grep -o -E 'JobState=[A-Z_]+|Reason=[A-Za-z_]+' | tr '\\n' ' ' || true)\"",
+        '  if [[ -z "$requeued" && ( "$why" == *Reason=TimeLimit* || "$why" == *JobState=TIMEOUT* ||',
+        '        ( -z "$why" && -n "$warned" ) ) ]]; then',
+        "    limit=1",
+        '    echo "repro: TERM at $(date -u +%T): the time limit (${why:-warned before; slurmctld did not answer})"',
+        '    requeue "time limit" || true  # now, before the kill: what KillWait leaves time for',
+        "  else",
+        '    echo "repro: TERM at $(date -u +%T): the job is ending (${why:-cancel, preemption or requeue})"',
+        "  fi",
+        "}",
+        "trap on_term TERM",
+    ]
+
+
 def continuation_lines(run_dir: Path, max_allocations: int, margin: int) -> list[str]:
     """Bash lines that make a job span allocations: the USR1 / TERM traps and the comment that explains them."""
     return [
@@ -102,16 +157,15 @@ def continuation_lines(run_dir: Path, max_allocations: int, margin: int) -> list
         "# this script requeues the job (same job id, so an afterok dependency waits for the last allocation);",
         f"# the next allocation resumes from that checkpoint. At most {max_allocations} allocations in all; after the",
         "# last one the run stays interrupted (`repro sweep retry-failed` submits it again).",
-        "# TERM with no USR1 before it is scancel, or preemption: Slurm sends TERM to every process of the job,",
-        "# the trainer stops at once (its last checkpoint stands) and this script does not requeue. A preempted",
-        "# job on a partition with PreemptMode=REQUEUE is requeued by Slurm itself (--requeue), and resumes.",
-        "# If the time limit comes before the step ends, Slurm ends the job TIMEOUT and nothing is requeued.",
+        "# If the time limit comes first (a slow step or save, a warning during start-up), Slurm's TERM is",
+        "# recognised as the time limit (slurmctld's Reason=TimeLimit) and the job is requeued at once, before",
+        "# the kill: the trainer stops where it is and the next allocation resumes from the last checkpoint.",
+        "# Any other TERM is scancel, or preemption: the trainer stops at once (its last checkpoint stands) and",
+        "# this script does not requeue. A preempted job on a partition with PreemptMode=REQUEUE is requeued by",
+        "# Slurm itself (--requeue), and resumes. Each allocation's end is a line of slurm/allocations.jsonl.",
         f"stop_file={_q(run_dir / STOP_REQUEST)}",
         f"margin={margin}",
-        f"max_allocations={max_allocations}",
-        "allocation=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))",
-        'warned=""  # set by USR1: this allocation is ending',
-        'terminated=""  # set by TERM: cancelled or preempted',
+        *limit_lines(run_dir, max_allocations, "train"),
         'rm -f "$stop_file"  # a request of an earlier allocation is stale',
         "request_stop() {  # written whole, then renamed: the trainer sees all of the request or none",
         "  warned=1 signalled=1",
@@ -121,19 +175,30 @@ def continuation_lines(run_dir: Path, max_allocations: int, margin: int) -> list
         "JSON",
         '  echo "repro: USR1 at $(date -u +%T): asked the trainer to stop after its step"',
         "}",
-        "on_term() {",
-        "  terminated=1 signalled=1",
-        '  echo "repro: TERM at $(date -u +%T): the job is ending (scancel, preemption, time limit or requeue)"',
-        "}",
         "trap request_stop USR1",
-        "trap on_term TERM",
         'echo "repro: allocation $allocation of at most $max_allocations (job $SLURM_JOB_ID on $(hostname))"',
+        *finished_lines(run_dir),
     ]
 
 
-def continuation_tail() -> list[str]:
-    """Bash lines after the cell's command (run with `&`): wait for it, then requeue or exit with its code."""
+def finished_lines(run_dir: Path) -> list[str]:
+    """Bash lines that end an allocation of a finished run at once, with success: the time limit can land after
+    the run's last step was recorded, and the job is then requeued so that it ends COMPLETED (an afterok
+    evaluation job waits for that) rather than TIMEOUT."""
+    status = _q(run_dir / "status.json")
+    check = "import json, sys; sys.exit(json.load(open(sys.argv[1])).get('state') != 'finished')"
     return [
+        f'if [[ -f {status} ]] && python -c "{check}" {status} 2>/dev/null; then',
+        '  echo "repro: the run is finished already; nothing to do in this allocation"',
+        "  record_end finished false",
+        "  exit 0",
+        "fi",
+    ]
+
+
+def continuation_tail(stage: str = "train") -> list[str]:
+    """Bash lines after the command (run with `&`): wait for it, then requeue, or exit with its code."""
+    lines = [
         "cell=$!",
         "# `wait` returns early when a trapped signal arrives (the traps set `signalled`): then wait again. If",
         "# the cell ended at that moment, that `wait` already returned its code and the next one finds no job.",
@@ -146,20 +211,24 @@ def continuation_tail() -> list[str]:
         "  code=$status",
         '  [[ -n "$signalled" ]] || break  # the cell has exited with $code',
         "done",
-        "# a warning that came as the cell was finishing (or failing) asked for nothing it could still do",
-        f'(( code == {STOPPED_EXIT} )) || rm -f "$stop_file"',
-        f'if [[ $code -eq {STOPPED_EXIT} && -n "$warned" && -z "$terminated" ]]; then',
-        "  # stopped after a saved step because this allocation is ending, and the run is not finished",
-        "  if (( allocation < max_allocations )); then",
-        '    echo "repro: requeueing job $SLURM_JOB_ID for allocation $(( allocation + 1 )) of $max_allocations"',
-        "    # a requeue ends this allocation at once: Slurm's TERM may reach scontrol before it returns",
-        '    if scontrol requeue "$SLURM_JOB_ID" || [[ -n "$terminated" ]]; then exit 0; fi',
-        '    echo "repro: scontrol requeue failed"',
-        "  fi",
-        '  echo "repro: allocation $allocation was the last of $max_allocations; the run stays interrupted"',
-        "fi",
+        'if [[ -n "$requeued" ]]; then exit 0; fi  # the time limit: the next allocation goes on from here',
+    ]
+    if stage == "train":
+        lines += [
+            "# a warning that came as the cell was finishing (or failing) asked for nothing it could still do",
+            f'(( code == {STOPPED_EXIT} )) || rm -f "$stop_file"',
+            f'if [[ $code -eq {STOPPED_EXIT} && -n "$warned" && -z "$terminated" ]]; then',
+            "  # stopped after a saved step because this allocation is ending, and the run is not finished",
+            '  if requeue "warning"; then exit 0; fi',
+            "fi",
+        ]
+    lines += [
+        'if (( code == 0 )); then record_end finished false',
+        'elif [[ -n "$terminated" ]]; then record_end cancelled false',
+        'else record_end failed false; fi',
         'exit "$code"',
     ]
+    return lines
 
 
 def render_script(

@@ -48,6 +48,7 @@ from repro.loggers import ALWAYS, TENSORBOARD_ENV, TENSORBOARD_FOLDER, tracking_
 from repro.prompting import template_for
 from repro.reward import compute_score
 from repro.rundir import MetricsWriter, RunDir
+from repro.rundir.pause import pause_at
 from repro.sampling import Memory, SamplerSpec, StepSampler, estimator_for, policy_for
 
 PENDING_FILE = "pending_step.pt"  # async schedule: the next step's batch, sampled before this step's update
@@ -229,14 +230,17 @@ class CpuTrainer:
                 template_for(config.backbone),
             )
         self.step = 0
+        self.moment = "starting"  # where the trainer is: what an attempt ended by a signal records
         self._pending: Sampled | None = None  # async: the next step's sampling, done while this one trained
         self._behaviour: torch.nn.Module | None = None  # async: the weights the next step samples with
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def save(self, step: int, metrics: dict[str, float]) -> None:
+        self.moment = f"saving step {step}"
         staging = self.rundir.staging_checkpoint_dir(step)
         self.model.save_pretrained(staging / "model")
         self.tokenizer.save_pretrained(staging / "model")
+        pause_at(self.rundir.path, "save", step)  # half a save: the weights, no state yet
         torch.save(
             {
                 "step": step,
@@ -358,6 +362,7 @@ class CpuTrainer:
         with verl's own truncated token-level importance weights (rollout_is=token, threshold 2), as verl's
         async trainers do with algorithm.rollout_correction."""
         result, batch, adv, timing = sampled.result, sampled.batch, sampled.adv, dict(sampled.timing)
+        pause_at(self.rundir.path, "step", sampled.step)  # mid-step: sampled, not updated
         t0 = time.perf_counter()
         with torch.no_grad():
             old_log_prob, _ = response_logprobs(self.model, batch, with_entropy=False)
@@ -483,6 +488,7 @@ class CpuTrainer:
                     stopped = self.step
                 todo = range(self.step + 1, last + 1) if stopped is None else range(0)
                 for step in todo:
+                    self.moment = f"step {step}"
                     metrics = self._async_step(step, last) if self.train.async_rollout else self.train_step(step)
                     if self.heldout is not None and is_eval_step(step, self.train.eval_every, last):
                         # after the update, so it scores the model saved as this step's checkpoint
@@ -491,6 +497,7 @@ class CpuTrainer:
                     self.save(step, metrics)
                     metrics["timing_s/save_checkpoint"] = time.perf_counter() - t0
                     writer.log(step, metrics)  # the durable line first: a tracking backend may fail
+                    self.moment = f"after step {step}"
                     if tracking is not None:
                         tracking.log(metrics, step)
                     self.step = step

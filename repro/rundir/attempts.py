@@ -116,14 +116,15 @@ class RunAttempts(RunStatus, RunLock, RunMetrics):
         self._current(status).update(fields)
         self._write_status(status)
 
-    def end_attempt(self, state: str, error: str | None = None) -> None:
-        """Close the current attempt as finished / failed / interrupted and release the lock."""
+    def end_attempt(self, state: str, error: str | None = None, **fields: Any) -> None:
+        """Close the current attempt as finished / failed / interrupted and release the lock; `fields` join its
+        record (e.g. ``moment="saving step 5"``: where the attempt was when it ended)."""
         if state not in END_STATES:
             raise ValueError(f"end state must be one of {END_STATES}, got {state!r}")
         status = self.status()
         attempt = self._current(status)
         last = last_logged_step(self.metrics_dir / f"attempt-{int(attempt['n']):03d}.jsonl")
-        attempt.update(state=state, ended=now(), error=error, last_logged_step=last)
+        attempt.update(state=state, ended=now(), error=error, last_logged_step=last, **fields)
         status["state"] = state
         self._write_status(status)
         self._release()

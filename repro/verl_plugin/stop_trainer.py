@@ -6,7 +6,8 @@ lost. `StopAtBoundaryTrainer` is verl 0.9.1's `PPOTrainerSync` registered as ``r
 own trainer registry (`register_trainer`; `trainer.v1.trainer_mode=repro_sync`, set by the config builder),
 with one change, in `on_step_end`: when a request is there, it saves the step just trained (unless the loop
 saved it already) and ends the loop after that step, and `on_train_end` then leaves the record that
-`repro.launch.attempt` turns into "checkpoint at step N, 0 steps lost" and exit code 75.
+`repro.launch.attempt` turns into "checkpoint at step N, 0 steps lost" and exit code 75. A request found in
+`on_train_begin` (the warning came while verl was starting) ends the loop before its first step.
 
 Why this is consistent with verl's resume: `fit` saves at the same point of its loop (after `step()`,
 right before `on_step_end`), so the checkpoint written here holds what a `save_freq` save of that step
@@ -56,6 +57,18 @@ class StopAtBoundary:
         """Whether `fit` saved this step already (its save_freq rule, less the last step, never stopped at)."""
         freq = self.config.trainer.save_freq
         return freq > 0 and self.global_steps % freq == 0
+
+    def on_train_begin(self) -> None:
+        """A request already there when the loop is about to start (the allocation was warned while verl was
+        starting, which takes minutes): end before the first step, with the restored checkpoint standing,
+        instead of training a step the time limit could cut. `fit` has counted the step it would train."""
+        if self.stopped_at is None and stop_request(self.run_dir) is not None:
+            restored = self.global_steps - 1
+            self.stopped_at = (restored, False)
+            self.total_training_steps = restored  # the loop's condition fails at once: no step, no save
+            logger.warning("stop requested before the first step: the checkpoint at step %d stands", restored)
+            return  # not the async trainer's warm-up submissions either: nothing will train them
+        super().on_train_begin()
 
     def on_step_end(self) -> None:
         if self.stopped_at is None and self.global_steps < self.total_training_steps:
