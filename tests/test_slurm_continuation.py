@@ -293,7 +293,8 @@ def test_first_and_last_logged_step_read_only_the_ends(tmp_path) -> None:
 FAKE_VERL = """
 import json, pathlib, sys
 run = pathlib.Path(sys.argv[1])
-from repro.launch.allocations import honour, stop_request
+from repro.launch.allocations import honour, request_stop, stop_request
+request_stop(run, "test", job_id="42")  # the allocation's warning, while the trainer trains
 assert stop_request(run) is not None
 (run / "metrics" / "attempt-002.jsonl").write_text(json.dumps({"step": 7, "data": {}}) + "\\n")
 honour(run, 7, saved_now=True)
@@ -309,12 +310,76 @@ def test_an_attempt_whose_trainer_honoured_the_request_exits_75(tmp_path, monkey
     request_stop(run.path, "test", job_id="7")  # another job's: stale, dropped as the attempt begins
     assert run_attempt(run, [sys.executable, "-c", "pass"]) == 0
     assert stop_request(run.path) is None
-    request_stop(run.path, "test", job_id="42")
     assert run_attempt(run, [sys.executable, "-c", FAKE_VERL, str(run.path)]) == STOPPED_EXIT
     last = run.status()["attempts"][-1]
     assert last["state"] == "interrupted" and last["error"] == "allocation ending: checkpoint at step 7, 0 steps lost"
     assert (last["resumed_from_step"], last["last_logged_step"]) == (6, 7)
     assert not (run.path / STOP_REQUEST).exists() and not (run.path / STOP_HONOURED).exists()
+
+
+def _wrapper(run: Path, env: dict) -> subprocess.Popen:
+    """`repro.launch.attempt` around a trainer that only leaves a mark: what a job script starts."""
+    trainer = [sys.executable, "-c", f"open({str(run / 'trainer-ran')!r}, 'w')"]
+    return subprocess.Popen([sys.executable, "-m", "repro.launch.attempt", str(run), "--", *trainer], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+
+
+def test_an_attempt_ended_or_warned_while_it_starts_never_starts_its_trainer(tmp_path) -> None:
+    """The wrapper's start (slimming old saves can take minutes on a big model) is a moment the allocation can end
+    in: a TERM there is recorded and no trainer starts; a warning found there stops it with exit 75."""
+    run = RunDir.prepare(tmp_path / "run", {"a": 1}, ["repro", "run"]).path
+    env = {**os.environ, "REPRO_LAUNCHER": "slurm", "REPRO_JOB_ID": "42", "REPRO_ALLOCATION": "3", PAUSE_ENV: "start"}
+    proc = _wrapper(run, env)
+    _wait_for("paused while starting", pause_file(run, "start").exists, [], run)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    first = RunDir(run).status()["attempts"][-1]
+    assert (first["state"], first["moment"], first["allocation"]) == ("interrupted", "starting", 3), first
+    assert first["error"] == "stopped by signal 15 while starting" and not (run / "trainer-ran").exists()
+    request_stop(run, "allocation 4 of slurm job 42 ends in about 10 s", job_id="42")  # warned while starting
+    proc = _wrapper(run, {**env, "REPRO_ALLOCATION": "4"})
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == STOPPED_EXIT and not (run / "trainer-ran").exists(), out
+    second = RunDir(run).status()["attempts"][-1]
+    assert (second["moment"], second["error"]) == ("starting", "allocation ending: checkpoint at step 0, 0 steps lost")
+    assert stop_request(run) is None
+    proc = _wrapper(run, {**env, "REPRO_ALLOCATION": "5"})
+    assert proc.wait(timeout=60) == 0 and (run / "trainer-ran").exists()
+    assert allocation_ends(run) == ["1: interrupted while starting", "2: interrupted while starting", "3: finished"]
+
+
+def test_allocation_ends_pair_the_scripts_record_with_each_attempts_moment(tmp_path) -> None:
+    run = tmp_path / "run"
+    _status(run, [
+        {"n": 1, "job_id": "9", "allocation": 1, "state": "interrupted", "resumed_from_step": None},
+        {"n": 2, "job_id": "9", "allocation": 2, "state": "interrupted", "moment": "saving step 4",
+         "last_logged_step": 3},
+        {"n": 3, "job_id": "9", "allocation": 3, "state": "interrupted", "moment": "after step 6",
+         "last_logged_step": 6},
+        {"n": 4, "job_id": "9", "allocation": 4, "state": "finished", "moment": "finished", "last_logged_step": 8},
+    ])  # fmt: skip
+    lines = [
+        {"stage": "train", "job_id": "9", "allocation": 1, "end": "time limit", "requeued": True},
+        {"stage": "train", "job_id": "9", "allocation": 2, "end": "time limit", "requeued": True},
+        {"stage": "train", "job_id": "9", "allocation": 3, "end": "warning", "requeued": True},
+        {"stage": "train", "job_id": "9", "allocation": 4, "end": "time limit", "requeued": False},
+        {"stage": "eval", "job_id": "10", "allocation": 1, "end": "cancelled", "requeued": False},
+    ]
+    (run / "slurm").mkdir()
+    text = "".join(json.dumps(x) + "\n" for x in lines)
+    (run / "slurm" / "allocations.jsonl").write_text(text + '{"stage": "train", "job_id": "9", "allo')  # torn
+    assert allocation_ends(run) == [
+        "1: time limit before its first step, requeued",
+        "2: time limit while saving step 4, requeued",
+        "3: warning after step 6, requeued",
+        "4: time limit after the last step",
+        "eval 1: cancelled",
+    ]
+    (run / "slurm" / "allocations.jsonl").unlink()  # another launcher: the attempts alone
+    rest = ["2: interrupted while saving step 4", "3: interrupted after step 6", "4: finished"]
+    assert allocation_ends(run)[1:] == rest
+    assert allocation_ends(tmp_path / "missing") == []
 
 
 def test_verls_trainer_saves_and_ends_its_loop_at_the_step_a_stop_is_requested(tmp_path) -> None:
@@ -348,6 +413,19 @@ def test_verls_trainer_saves_and_ends_its_loop_at_the_step_a_stop_is_requested(t
     trainer.on_step_end()
     assert (saves, trainer.total_training_steps, trainer.stopped_at) == ([7], 7, (7, True))
     assert "save_checkpoint" in trainer.timing_raw  # timed as verl's own save is
+    # warned while verl was starting: fit has counted step 8 (restored 7) and calls on_train_begin; the loop must
+    # not run (its condition global_steps <= total_training_steps fails), nothing is saved, the record says 7
+    (run / STOP_HONOURED).unlink()
+    trainer.stopped_at, trainer.total_training_steps, trainer.global_steps = None, 20, 8
+    request_stop(run, "test")
+    trainer.on_train_begin()
+    assert (saves, trainer.total_training_steps, trainer.stopped_at) == ([7], 7, (7, False))
+    assert not trainer.global_steps <= trainer.total_training_steps
+    trainer.on_train_end()
+    assert json.loads((run / STOP_HONOURED).read_text())["step"] == 7 and stop_request(run) is None
+    trainer.stopped_at, trainer.total_training_steps = None, 20
+    trainer.on_train_begin()  # no request: verl's own start (the sync trainer's is a no-op)
+    assert (trainer.total_training_steps, trainer.stopped_at) == (20, None)
 
 
 # ---- the real Slurm ----------------------------------------------------------------------------------
@@ -643,38 +721,30 @@ def test_the_next_allocation_slims_the_saves_the_last_one_left_and_keeps_every_s
 
 def test_a_warning_that_came_while_the_cpu_attempt_started_stops_it_before_its_first_step(tiny_env, tmp_path) -> None:
     """A loaded node can spend most of a short allocation starting Python; a USR1 that came meanwhile must stop the
-    trainer before a step the time limit could cut (Slurm would end the job TIMEOUT, never requeued), not after
-    one. The restored checkpoint stands, the job requeues, the next attempt goes on from it."""
-    import threading
-
+    trainer before a step the time limit could cut, not after one. The first attempt is warned while it is held
+    mid-step 3 (and let go on: it stops after that step); the second is warned while it starts. The restored
+    checkpoint stands, and the third attempt goes on from it."""
     run = tmp_path / "run"
     argv = [sys.executable, "-m", "repro.cli", "run", "--model", "tiny-arith", "--method", "grpo-n4", "--batch", "8"]
     argv += ["--steps", "6", "--run-dir", str(run)]
-    env = {**tiny_env, "REPRO_LAUNCHER": "slurm", "REPRO_JOB_ID": "42"}
+    env = {**tiny_env, "REPRO_LAUNCHER": "slurm", "REPRO_JOB_ID": "42", PAUSE_ENV: "step:3"}
     metrics = run / "metrics" / "attempt-001.jsonl"
-
-    def warn_after_step_two() -> None:  # the allocation's USR1, once the first attempt has trained two steps
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and (last_logged_step(metrics) or 0) < 2:
-            time.sleep(0.01)
-        request_stop(run, "allocation 1 of slurm job 42 ends in about 10 s", job_id="42")
-
-    watcher = threading.Thread(target=warn_after_step_two, daemon=True)
-    watcher.start()
-    first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
-    watcher.join()
-    assert first.returncode == STOPPED_EXIT, first.stderr[-2000:]
-    kept = last_logged_step(metrics)
-    assert kept is not None and 2 <= kept < 6
+    first = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_for("paused mid-step 3", pause_file(run, "step", 3).exists, [], run)
+    request_stop(run, "allocation 1 of slurm job 42 ends in about 10 s", job_id="42")
+    release(run, "step", 3)
+    assert first.wait(timeout=300) == STOPPED_EXIT, first.stderr.read()[-2000:]
+    assert last_logged_step(metrics) == 3
     request_stop(run, "allocation 2 of slurm job 42 ends in about 10 s", job_id="42")  # warned while starting
     stopped = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert stopped.returncode == STOPPED_EXIT, stopped.stderr[-2000:]
     attempt = json.loads((run / "status.json").read_text())["attempts"][-1]
-    assert attempt["state"] == "interrupted"
-    assert attempt["error"] == f"allocation ending: checkpoint at step {kept}, 0 steps lost"
+    assert (attempt["state"], attempt["moment"]) == ("interrupted", "starting")
+    assert attempt["error"] == "allocation ending: checkpoint at step 3, 0 steps lost"
     assert last_logged_step(run / "metrics" / "attempt-002.jsonl") is None  # no step trained in that attempt
     assert stop_request(run) is None  # honoured, so the next allocation's attempt trains
     resumed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert first_logged_step(run / "metrics" / "attempt-003.jsonl") == kept + 1
+    assert first_logged_step(run / "metrics" / "attempt-003.jsonl") == 4
     assert last_logged_step(run / "metrics" / "attempt-003.jsonl") == 6
+    assert allocation_ends(run) == ["1: interrupted after step 3", "2: interrupted while starting", "3: finished"]

@@ -35,6 +35,7 @@ from repro.launch.allocations import (
     take_honoured,
 )
 from repro.rundir import RunDir
+from repro.rundir.pause import pause_at
 from repro.rundir.retention import kept_from_overrides, retain
 from repro.stack_check import attention_fallback
 
@@ -106,6 +107,7 @@ def run_attempt(rundir: RunDir, argv: Sequence[str]) -> int:
             print(f"repro: attention {used} instead of {asked}: {attention['why']}", file=sys.stderr)
         fields = {"attention": attention} if attention else {}
         rundir.set_attempt(command=final, resumed_from_step=latest[0] if latest else None, **fields)
+        pause_at(rundir.path, "start", go_on=lambda: bool(stopped))  # a rehearsal's moment: the attempt starting
         if stopped:  # the job ended while this attempt was starting: no trainer to start
             rundir.end_attempt("interrupted", f"stopped by signal {stopped[0]} while starting", moment="starting")
             return 128 + stopped[0]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 PAUSE_ENV = "REPRO_PAUSE_AT"
@@ -45,9 +46,15 @@ def release(run_dir: str | os.PathLike[str], moment: str, step: int | None = Non
     path.with_name(path.name + ".release").write_text("")
 
 
-def pause_at(run_dir: str | os.PathLike[str], moment: str, step: int | None = None) -> bool:
+def pause_at(
+    run_dir: str | os.PathLike[str],
+    moment: str,
+    step: int | None = None,
+    go_on: Callable[[], bool] = lambda: False,
+) -> bool:
     """Wait here if REPRO_PAUSE_AT names this moment and it has not fired in this folder yet; True if it
-    paused. Signals are delivered meanwhile (a SIGTERM handler that raises ends the wait with its exception)."""
+    paused. Signals are delivered meanwhile: a SIGTERM handler that raises ends the wait with its exception,
+    one that only takes note ends it through `go_on`."""
     if PAUSE_ENV not in os.environ or not _wanted(moment, step):
         return False
     path = pause_file(run_dir, moment, step)
@@ -59,6 +66,6 @@ def pause_at(run_dir: str | os.PathLike[str], moment: str, step: int | None = No
     os.replace(tmp, path)  # whole or absent: the test waits for this file
     released = path.with_name(path.name + ".release")
     give_up = time.monotonic() + float(os.environ.get(PAUSE_SECONDS_ENV, "600"))
-    while not released.exists() and time.monotonic() < give_up:
+    while not released.exists() and not go_on() and time.monotonic() < give_up:
         time.sleep(_POLL_S)
     return True
