@@ -748,3 +748,27 @@ def test_a_warning_that_came_while_the_cpu_attempt_started_stops_it_before_its_f
     assert first_logged_step(run / "metrics" / "attempt-003.jsonl") == 4
     assert last_logged_step(run / "metrics" / "attempt-003.jsonl") == 6
     assert allocation_ends(run) == ["1: interrupted after step 3", "2: interrupted while starting", "3: finished"]
+
+
+def test_a_verl_save_cut_by_the_kill_leaves_the_previous_checkpoint_whole_and_resumed(tmp_path) -> None:
+    """verl writes a save's files, then the tracker file last: a kill mid-save (its weights written, its resume
+    parts and the tracker not) leaves the tracker on the step before. The next attempt resumes from that one,
+    and the slimming at its start, which keeps the newest two saves, leaves it untouched."""
+    from verl_layout import RESUME_PARTS, TRACKER, fingerprint, write_save
+
+    from repro.rundir.retention import retain
+    from repro.rundir.slim import MARKER
+
+    run = RunDir.prepare(tmp_path / "run", {"a": 1}, ["repro", "run"])
+    ckpt = run.checkpoints_dir
+    for step in (1, 2, 3):
+        write_save(ckpt, step)
+    cut = write_save(ckpt, 4, tracker=False)
+    for part in RESUME_PARTS:  # the kill came before these
+        (cut / part).unlink()
+    whole = fingerprint(ckpt / "global_step_3")
+    assert (ckpt / TRACKER).read_text() == "3" and run.latest_checkpoint() == (3, ckpt / "global_step_3")
+    lines = retain(ckpt, 2, "at the start of attempt 2")
+    assert fingerprint(ckpt / "global_step_3") == whole  # what the resume reads, untouched
+    assert [s for s in (1, 2, 3, 4) if (ckpt / f"global_step_{s}" / MARKER).exists()] == [1, 2], lines
+    assert run.latest_checkpoint() == (3, ckpt / "global_step_3")
