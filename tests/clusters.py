@@ -1,15 +1,17 @@
 """Real schedulers for the launcher tests, brought up as ../shared/spec/LAUNCH.md shows and stopped by pid.
 
 Slurm: Debian's slurm-wlm (installed by `.ci/run`), one node, with a private slurm.conf, spool and log
-folders under a temporary directory (SLURM_CONF points the client commands at it; non-default ports so a
-cluster the machine may already run is left alone). munged is started only if it is not running, and
-then stopped. Ray: `ray start --head` on 127.0.0.1 (ports 6380 / 8266), stopped by killing its own processes only (`ray
-stop` stops every Ray on the machine, which with pytest-xdist includes a verl run in the other worker).
+folders under a temporary directory (SLURM_CONF points the client commands at it; free ports of its own so a
+cluster the machine or another test session runs is left alone). munged is shared: started only if it is
+not running, and stopped by the last test cluster to leave. Ray: `ray start --head` on 127.0.0.1 (ports
+6380 / 8266), stopped by killing its own processes only (`ray stop` stops every Ray on the machine, which
+with pytest-xdist includes a verl run in the other worker).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -37,8 +39,8 @@ SlurmctldPidFile={root}/slurmctld.pid
 SlurmdPidFile={root}/slurmd.pid
 SlurmctldLogFile={root}/log/slurmctld.log
 SlurmdLogFile={root}/log/slurmd.log
-SlurmctldPort=16817
-SlurmdPort=16818
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
 ReturnToService=2
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
@@ -81,6 +83,10 @@ def _wait_munged_gone(seconds: float = 10) -> None:
         time.sleep(0.1)
 
 
+MUNGE_USERS = Path("/run/munge/repro-test-clusters.lock")  # every live test cluster holds it shared
+MUNGE_STARTED = Path("/run/munge/repro-test-munged.pid")  # the munged a test cluster started, if one did
+
+
 def _start_munge() -> subprocess.Popen | None:
     if _munged_running() and MUNGE_SOCKET.exists():
         return None  # someone else's munged (a Debian service, another test session): use it, leave it running
@@ -100,6 +106,47 @@ def _start_munge() -> subprocess.Popen | None:
 
 
 @contextlib.contextmanager
+def _munge_guard() -> Iterator[None]:
+    """Starting, joining and leaving the shared munged, one test session at a time."""
+    MUNGE_USERS.parent.mkdir(parents=True, exist_ok=True)
+    with open(MUNGE_USERS.with_suffix(".guard"), "a") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        yield
+
+
+@contextlib.contextmanager
+def _munge() -> Iterator[None]:
+    """munged for a test cluster. Several test sessions may run Slurm clusters at once (each on ports of its
+    own), and they share one munged: the one running, or one a cluster starts. The last cluster to leave
+    stops a munged that a test cluster started (its pid is in MUNGE_STARTED), so none is left behind and
+    none is stopped under another session's cluster."""
+    with _munge_guard():
+        proc = _start_munge()
+        if proc is not None:
+            MUNGE_STARTED.write_text(f"{proc.pid}\n")
+        user = open(MUNGE_USERS, "a")  # noqa: SIM115 - held for the cluster's life
+        fcntl.flock(user, fcntl.LOCK_SH)
+    try:
+        yield
+    finally:
+        with _munge_guard():
+            user.close()  # drops this cluster's shared lock
+            with open(MUNGE_USERS, "a") as probe:
+                try:
+                    fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no other cluster uses munged now
+                except BlockingIOError:
+                    return
+            if proc is not None:
+                _stop(proc)
+            elif MUNGE_STARTED.exists():  # started by a session that left first
+                with contextlib.suppress(ValueError, ProcessLookupError):
+                    os.kill(int(MUNGE_STARTED.read_text()), signal.SIGTERM)
+            if proc is not None or MUNGE_STARTED.exists():
+                MUNGE_STARTED.unlink(missing_ok=True)
+                _wait_munged_gone()
+
+
+@contextlib.contextmanager
 def slurm_cluster(root: Path) -> Iterator[dict[str, str]]:
     """A one-node Slurm cluster; yields the environment (SLURM_CONF) its client commands need."""
     missing = [cmd for cmd in ("slurmctld", "slurmd", "sbatch", "munged") if shutil.which(cmd) is None]
@@ -110,10 +157,20 @@ def slurm_cluster(root: Path) -> Iterator[dict[str, str]]:
     for sub in ("spool/ctld", "spool/d", "log"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     conf = root / "slurm.conf"
-    conf.write_text(SLURM_CONF.format(root=root, cpus=os.cpu_count() or 1))
+    ctld_port, slurmd_port = _free_ports(2)  # another session's cluster may be up: ports of our own
+    conf.write_text(
+        SLURM_CONF.format(root=root, cpus=os.cpu_count() or 1, ctld_port=ctld_port, slurmd_port=slurmd_port)
+    )
     env = {**os.environ, "SLURM_CONF": str(conf)}
     started: list[subprocess.Popen] = []
-    munge = _start_munge()
+    with _munge(), _daemons(root, conf, env, started):
+        yield {"SLURM_CONF": str(conf)}
+
+
+@contextlib.contextmanager
+def _daemons(root: Path, conf: Path, env: dict[str, str], started: list[subprocess.Popen]) -> Iterator[None]:
+    """slurmctld and slurmd of one test cluster, up until the node is idle; on the way out, its jobs cancelled
+    and the daemons stopped."""
     try:
         for daemon in ("slurmctld", "slurmd"):
             log = open(root / "log" / f"{daemon}.stdout", "wb")  # noqa: SIM115 - lives as long as the daemon
@@ -130,7 +187,7 @@ def slurm_cluster(root: Path) -> Iterator[dict[str, str]]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"slurm node never became idle (sinfo: {out.strip()!r}); see {root / 'log'}")
             time.sleep(0.5)
-        yield {"SLURM_CONF": str(conf)}
+        yield
     finally:
         # jobs outlive slurmd under proctrack/linuxproc: cancel ours first, so no test leaves one running
         if started and started[0].poll() is None:
@@ -143,9 +200,6 @@ def slurm_cluster(root: Path) -> Iterator[dict[str, str]]:
                 time.sleep(0.5)
         for proc in reversed(started):
             _stop(proc)
-        if munge is not None:
-            _stop(munge)
-            _wait_munged_gone()
 
 
 AGENT_PORT_FLAGS = (
