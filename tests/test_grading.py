@@ -15,8 +15,12 @@ from repro.reward import _judge, compute_score, reward_answer
 # answers False), far over the limits used here: a real input, not a test hook.
 PATHOLOGICAL = r"The answer is \boxed{9^{9^{9^{9^{9}}}}}."
 SHORT_LIMIT = 1.0
-RESTART_SLACK = 1.5  # kill + join; the replacement worker is started lazily, on the next call
 # With SHORT_LIMIT graders math-verify's own alarm is set to 5 s, so only the hard limit can stop the item in time.
+# Which of the two stopped it is read from the grader's counters, not from a stopwatch (a loaded machine makes any
+# wall-clock bound flaky): the hard limit kills the worker before it reports the item, so `worker_calls` does not
+# move and the next call starts a replacement (`worker_starts`); math-verify's own alarm is an answer the worker
+# sends, so `worker_calls` moves and the worker lives on. The time it took is only checked from below: the hard
+# limit never cuts an item short.
 
 LONG_COT = (
     "Let me think step by step. We need the sum of the roots of $x^2 - 5x + 6 = 0$.\n"
@@ -117,18 +121,19 @@ def test_memoised_counted_and_grade_many_matches_grade():
 def test_pathological_input_times_out_and_the_grader_recovers():
     with Grader(timeout_s=SHORT_LIMIT, inner_timeout_s=5) as g:
         assert g.grade(r"\boxed{7}", "7") == Grade(1.0, "correct")  # worker started, outside the limit
+        assert (g.worker_calls, g.worker_starts) == (1, 1)
         start = time.monotonic()
         assert g.grade(PATHOLOGICAL, "1") == Grade(0.0, "timeout")
-        elapsed = time.monotonic() - start
-        assert SHORT_LIMIT <= elapsed < SHORT_LIMIT + RESTART_SLACK, elapsed
+        assert time.monotonic() - start >= SHORT_LIMIT  # not cut short (from below only: see SHORT_LIMIT)
+        assert g.worker_calls == 1  # the worker never reported the item: the hard limit killed it first
+        assert not g._workers[0].alive()
         assert g.counts() == {"correct": 1, "timeout": 1}
         assert g.worker_starts == 1  # the killed worker is replaced lazily
 
         assert g.grade(r"\boxed{\frac{1}{2}}", "0.5") == Grade(1.0, "correct")  # still works
-        assert g.worker_starts == 2
-        calls, start = g.worker_calls, time.monotonic()
-        assert g.grade(PATHOLOGICAL, "1") == Grade(0.0, "timeout")  # the timeout is memoised
-        assert time.monotonic() - start < 0.1 and g.worker_calls == calls
+        assert (g.worker_calls, g.worker_starts) == (2, 2)
+        assert g.grade(PATHOLOGICAL, "1") == Grade(0.0, "timeout")  # the timeout is memoised: no worker sees it
+        assert (g.worker_calls, g.worker_starts) == (2, 2) and g._workers[0].alive()  # nothing sent, nothing killed
         assert g.counts() == {"correct": 2, "timeout": 2}
 
 
@@ -146,11 +151,11 @@ def test_math_verify_own_timeout_is_reported_as_timeout():
     # comparison answers False, so _judge says "wrong"); the grader reads it from math-verify's log and
     # reports a timeout, without losing the worker.
     with Grader(timeout_s=20.0, inner_timeout_s=1) as g:
-        start = time.monotonic()
         assert g.grade(PATHOLOGICAL, "1") == Grade(0.0, "timeout")
-        assert time.monotonic() - start < 10.0
-        assert g.worker_starts == 1 and g.worker_calls == 1
+        # the worker answered the item itself (math-verify's alarm), so the 20 s hard limit never fired: no kill
+        assert g.worker_starts == 1 and g.worker_calls == 1 and g._workers[0].alive()
         assert g.grade(r"\boxed{2}", "2") == Grade(1.0, "correct")
+        assert g.worker_starts == 1 and g.worker_calls == 2  # the same worker went on
 
 
 def test_dead_worker_is_restarted_and_closed_grader_refuses():
@@ -199,18 +204,19 @@ def test_arguments_are_checked():
         Grader(mp_context="fork")
 
 
-def _in_thread(fn, limit_s: float):
-    """fn() in a daemon thread (verl scores in executor threads); (result, seconds), or fail at limit_s."""
+HANG_GUARD_S = 300.0  # only a failure guard against a hung thread; no test outcome depends on it
+
+
+def _in_thread(fn):
+    """fn() in a daemon thread (verl scores in executor threads); its result, or fail after HANG_GUARD_S."""
     import threading
 
     out: list = []
     thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
-    start = time.monotonic()
     thread.start()
-    thread.join(limit_s)
-    elapsed = time.monotonic() - start
-    assert not thread.is_alive(), f"compute_score off the main thread still running after {limit_s} s"
-    return out[0], elapsed
+    thread.join(HANG_GUARD_S)
+    assert not thread.is_alive(), f"compute_score off the main thread still running after {HANG_GUARD_S} s"
+    return out[0]
 
 
 def test_training_reward_off_the_main_thread_has_a_hard_time_limit(monkeypatch):
@@ -223,18 +229,22 @@ def test_training_reward_off_the_main_thread_has_a_hard_time_limit(monkeypatch):
     reward.clear_cache()
     try:
         # start-up (spawn + imports) is not charged to an item: warm the worker first
-        assert _in_thread(lambda: compute_score("t", r"\boxed{7}", "7"), 60.0)[0] == 1.0
+        assert _in_thread(lambda: compute_score("t", r"\boxed{7}", "7")) == 1.0
+        pool = reward._shared_grader()
+        assert (pool.worker_calls, pool.worker_starts) == (1, 1)
         before = reward.STATS["timeout"]
-        score, elapsed = _in_thread(lambda: compute_score("t", PATHOLOGICAL, "1"), SHORT_LIMIT + 15.0)
-        assert score == 0.0
-        assert elapsed < SHORT_LIMIT + RESTART_SLACK + 1.0
+        assert _in_thread(lambda: compute_score("t", PATHOLOGICAL, "1")) == 0.0
         assert reward.STATS["timeout"] == before + 1
+        # stopped by the hard limit, not by math-verify's 5 s alarm (an answer the worker would have sent): the
+        # worker never reported the item and was killed (see SHORT_LIMIT)
+        assert pool.worker_calls == 1 and not pool._workers[0].alive()
         # the normal case stays cheap: a repeated answer is a memo hit, in any thread
         judged = reward._shared_grader().worker_calls
         for _ in range(3):
-            assert _in_thread(lambda: compute_score("t", r"so \boxed{7}", "7"), 5.0)[0] == 1.0
+            assert _in_thread(lambda: compute_score("t", r"so \boxed{7}", "7")) == 1.0
         assert compute_score("t", r"\boxed{7}", "7") == 1.0
         assert reward._shared_grader().worker_calls == judged
-        assert _in_thread(lambda: compute_score("t", r"\boxed{8}", "7"), 30.0)[0] == 0.0  # still grading
+        assert _in_thread(lambda: compute_score("t", r"\boxed{8}", "7")) == 0.0  # still grading
+        assert (pool.worker_calls, pool.worker_starts) == (2, 2)  # on a replacement worker
     finally:
         reward.clear_cache()

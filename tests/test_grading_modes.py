@@ -262,15 +262,20 @@ def test_each_mode_through_the_worker_and_memoised_per_mode():
 
 
 def test_qwen_math_hang_times_out_and_the_grader_recovers():
+    """qwen-math has no limit of its own, so only the hard limit ends the hang. That it did is read from the
+    grader's counters, not a stopwatch (a loaded machine makes a wall-clock upper bound flaky): the worker
+    never reported the item and was killed; the time taken is only checked from below."""
     limit = 2.0
     with Grader(timeout_s=limit) as grader:
         assert grader.grade(r"\boxed{7}", "7", mode="qwen-math") == Grade(1.0, "correct")  # warm worker
+        assert (grader.worker_calls, grader.worker_starts) == (1, 1)
         start = time.monotonic()
         assert grader.grade(HANGS_IN_SYMPY, "1", mode="qwen-math") == Grade(0.0, "timeout")
-        assert limit <= time.monotonic() - start < limit + 2.0
+        assert time.monotonic() - start >= limit  # not cut short
+        assert grader.worker_calls == 1 and not grader._workers[0].alive()  # killed at the limit, unreported
         assert grader.grade(r"\boxed{\frac{1}{2}}", "0.5", mode="qwen-math") == Grade(1.0, "correct")
         assert grader.counts() == {"correct": 2, "timeout": 1}
-        assert grader.worker_starts == 2
+        assert (grader.worker_calls, grader.worker_starts) == (2, 2)
 
 
 def test_extract_per_mode():
