@@ -344,16 +344,44 @@ def test_empty_or_missing_runs_root_is_one_line_error(tmp_path):
 
 
 _CHILD = (
-    "import sys\nfrom repro.report.collect import collect\n"
+    "import fcntl, sys\nfrom repro.report.collect import collect\n"
+    "real_flock = fcntl.flock\n"
+    "def flock(fd, op):  # collect's lock found busy: touch the file the test waits for, then wait as collect does\n"
+    "    if op == fcntl.LOCK_EX:\n"
+    "        try:\n            return real_flock(fd, op | fcntl.LOCK_NB)\n"
+    "        except BlockingIOError:\n            open(sys.argv[4], 'a').close()\n"
+    "    return real_flock(fd, op)\n"
+    "fcntl.flock = flock\n"
     "for _ in range(int(sys.argv[3])):\n    collect(sys.argv[1], sys.argv[2])\n"
 )
+HANG_GUARD_S = 120.0  # only a failure guard: each wait below ends as soon as the child's file appears
 
 
-def _spawn(runs: Path, results: Path, times: int = 1) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", _CHILD, str(runs), str(results), str(times)], stderr=subprocess.PIPE)
+def _spawn(runs: Path, results: Path, waiting: Path, times: int = 1) -> subprocess.Popen:
+    """A `collect` in a child process; it touches `waiting` when it finds the results lock held by another."""
+    argv = [sys.executable, "-c", _CHILD, str(runs), str(results), str(times), str(waiting)]
+    return subprocess.Popen(argv, stderr=subprocess.PIPE)
+
+
+def _wait_blocked(child: subprocess.Popen, waiting: Path) -> None:
+    """Until `child` is waiting for the results lock: its file says it found the lock busy (it then blocks)."""
+    end = time.monotonic() + HANG_GUARD_S
+    while not waiting.exists():
+        assert child.poll() is None, child.stderr.read().decode()
+        assert time.monotonic() < end, f"the child never reached the results lock in {HANG_GUARD_S} s"
+        time.sleep(0.02)
+
+
+def _read_whole(shared: Path, single: Path) -> None:
+    for name in ("training", "eval", "runs"):  # never half a file, never a different shape
+        assert pd.read_csv(shared / f"{name}.csv").shape == pd.read_csv(single / f"{name}.csv").shape
+        assert pd.read_parquet(shared / f"{name}.parquet").shape == pd.read_parquet(single / f"{name}.parquet").shape
 
 
 def test_concurrent_collects_take_turns_and_readers_see_whole_files(runs, tmp_path):
+    """Two collects at once, a reader beside them; then a collect while the lock is held. Each child says when
+    it found the lock busy (a file), so the test knows it is blocked there rather than hoping a sleep was
+    long enough for it to get that far."""
     _add_second_attempt(runs / RUNS[0])
     single = tmp_path / "single"
     collect(runs, single)
@@ -361,26 +389,26 @@ def test_concurrent_collects_take_turns_and_readers_see_whole_files(runs, tmp_pa
 
     shared = tmp_path / "shared"
     collect(runs, shared)  # readers below always find a file
-    children = [_spawn(runs, shared, times=4), _spawn(runs, shared, times=4)]
-    reads = 0
-    while any(c.poll() is None for c in children):
-        for name in ("training", "eval", "runs"):  # never half a file, never a different shape
-            assert pd.read_csv(shared / f"{name}.csv").shape == pd.read_csv(single / f"{name}.csv").shape
-            assert (
-                pd.read_parquet(shared / f"{name}.parquet").shape == pd.read_parquet(single / f"{name}.parquet").shape
-            )
-        reads += 1
+    with results_lock(shared):  # both start blocked, so the reader runs at least once while they are alive
+        waiting = [tmp_path / "waiting-a", tmp_path / "waiting-b"]
+        children = [_spawn(runs, shared, waiting[0], times=4), _spawn(runs, shared, waiting[1], times=4)]
+        for child, file in zip(children, waiting, strict=True):
+            _wait_blocked(child, file)
+        _read_whole(shared, single)
+    while any(c.poll() is None for c in children):  # and on while they write, turn by turn
+        _read_whole(shared, single)
     for child in children:
         assert child.wait() == 0, child.stderr.read().decode()
-    assert reads > 0
     assert _files(shared) == expected  # complete, identical to one collect's output, no temp file left
 
     # the second collect waits for the lock rather than writing alongside the first
+    before = {p.name: p.stat().st_mtime_ns for p in shared.iterdir()}
     with results_lock(shared):
-        child = _spawn(runs, shared)
-        time.sleep(2.0)
-        assert child.poll() is None
-    assert child.wait(timeout=60) == 0, child.stderr.read().decode()
+        child = _spawn(runs, shared, tmp_path / "waiting-c")
+        _wait_blocked(child, tmp_path / "waiting-c")
+        assert child.poll() is None  # blocked on the lock this process holds
+        assert {p.name: p.stat().st_mtime_ns for p in shared.iterdir()} == before  # nothing written meanwhile
+    assert child.wait(timeout=HANG_GUARD_S) == 0, child.stderr.read().decode()
     assert _files(shared) == expected
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -109,13 +110,22 @@ def _request_side(model: torch.nn.Module):
     return server
 
 
-class _Slow(_Bigram):
-    """A bigram model that never emits EOS and takes 20 ms a forward pass: a batch long enough to cut."""
+HANG_GUARD_S = 120.0  # only a failure guard: each wait below ends as soon as what it waits for happens
+
+
+class _Held(_Bigram):
+    """A bigram model that never emits EOS and whose third forward pass waits for `cut` (the server's stop
+    event, once the test gives it): a batch is cut two tokens in, exactly, however fast the machine is."""
+
+    def __init__(self, table: torch.Tensor) -> None:
+        super().__init__(table)
+        self.calls = 0
+        self.cut = None
 
     def forward(self, *args, **kwargs):
-        import time
-
-        time.sleep(0.02)
+        self.calls += 1
+        if self.calls == 3 and self.cut is not None:
+            assert self.cut.wait(HANG_GUARD_S), "the batch was never cut"
         return super().forward(*args, **kwargs)
 
 
@@ -126,12 +136,17 @@ def test_abort_cuts_the_running_batch_parks_new_requests_and_counts_resumes() ->
     back under an aborted request's id (verl's FullyAsyncLLMServerClient resuming it) is counted."""
     never_eos = torch.zeros((4, 4))
     never_eos[:, 3] = -1e9
-    server = _request_side(_Slow(never_eos))
+    model = _Held(never_eos)
+    server = _request_side(model)
 
     async def go():
         server._init_requests()
+        model.cut = server._stop  # the batch's third forward pass waits for the abort's stop
         running = asyncio.create_task(server.generate([1, 2], {"max_tokens": 16}, "r1"))
-        await asyncio.sleep(0.15)  # the batch is a few tokens in
+        end = time.monotonic() + HANG_GUARD_S
+        while model.calls < 3:  # the batch is two tokens in and waits there
+            assert time.monotonic() < end, "the batch never started"
+            await asyncio.sleep(0.01)
         result = await server.abort_all_requests()
         partial = await running
         assert running.done() and not server._model_lock.locked()  # nothing runs once abort returns
@@ -146,7 +161,7 @@ def test_abort_cuts_the_running_batch_parks_new_requests_and_counts_resumes() ->
         return result, partial, still_parked, resumed, refused
 
     result, partial, still_parked, resumed, refused = asyncio.run(go())
-    assert partial.stop_reason == "aborted" and 1 <= len(partial.token_ids) < 16, partial
+    assert partial.stop_reason == "aborted" and len(partial.token_ids) == 2, partial
     assert len(partial.log_probs or []) in (0, len(partial.token_ids))
     assert partial.extra_fields["global_steps"] == 3
     assert result["aborted_count"] == 1

@@ -256,7 +256,9 @@ def _wait_for(predicate: Callable[[], object], what: str, seconds: float = 60) -
         time.sleep(0.02)
 
 
-def _start(tmp_path: Path, mode: str, limit: str = "3600", margin: str = "60") -> tuple[subprocess.Popen, Path, dict]:
+def _start(
+    tmp_path: Path, mode: str, limit: str = "3600", margin: str = "60", wait: bool = True
+) -> tuple[subprocess.Popen, Path, dict | None]:
     run = tmp_path / "run"
     run.mkdir()
     (tmp_path / "child.py").write_text(CHILD)
@@ -267,6 +269,8 @@ def _start(tmp_path: Path, mode: str, limit: str = "3600", margin: str = "60") -
     env = {**os.environ, "REPRO_JOB_ID": "repro-cell-3-t"}
     with open(tmp_path / "out.txt", "w") as out:  # a file, not a pipe: a killed wrapper's grandchild may hold it
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if not wait:
+        return proc, run, None
     _wait_for(lambda: (run / "ready.json").exists() and deadline.live_record(run), "the child and the live record")
     ready = json.loads((run / "ready.json").read_text())
     return proc, run, ready
@@ -335,8 +339,10 @@ def test_the_cell_does_not_outlive_a_killed_wrapper(tmp_path) -> None:
 
 def test_the_real_clock_ends_the_job_as_a_continuation(tmp_path) -> None:
     """A two-second limit with a one-second warning on a cell that never finishes: whether it stops on the request
-    or is ended by the TERM (a loaded machine may be slow to see the request), the job asks for a continuation."""
-    proc, run, _ = _start(tmp_path, "honour", limit="2", margin="1")
+    or is ended by the TERM (a loaded machine may be slow to see the request), the job asks for a continuation.
+    The test does not wait for the cell to be ready first: on a loaded machine the limit may come before the
+    cell has even started (a TERM before its handler), which must end the same way."""
+    proc, run, _ = _start(tmp_path, "honour", limit="2", margin="1", wait=False)
     out = _ended(proc, tmp_path)
     assert proc.returncode == STOPPED_EXIT, out
     assert [x["ended_by"] for x in job_log(run)] in (["stopped on request"], ["deadline"])

@@ -228,14 +228,14 @@ def test_lock_held_by_live_child_then_killed(tmp_path: Path) -> None:
     run = fresh(tmp_path)
     script = textwrap.dedent(
         f"""
-        import sys, time
+        import sys
         from repro.rundir import RunDir
         RunDir({str(run.path)!r}).begin_attempt(launcher="child")
         print("ready", flush=True)
-        time.sleep(60)
+        sys.stdin.read()  # holds the lock until killed, however long the checks below take (not a fixed sleep)
         """
     )
-    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         assert run.state == "running"
@@ -247,6 +247,7 @@ def test_lock_held_by_live_child_then_killed(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+        child.stdin.close()
     assert run.status()["state"] == "running"  # the file still says so ...
     assert run.state == "interrupted"  # ... but nobody holds the lock
     resumed = fresh(tmp_path)
