@@ -5,12 +5,14 @@ weights, and it travels in the checkpoint so that a SIGKILL and resume repeat th
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from test_cpu_run import kill_after_steps, read_steps, run_cli
+from test_cpu_run import ROOT, kill_after_steps, read_steps, run_cli
 
 from repro import catalog
 
@@ -33,10 +35,47 @@ def test_async_is_a_variant_of_every_method_and_only_of_methods() -> None:
     assert not catalog.is_method("ppo-async") and not catalog.is_method("seq-balance-async-async")
 
 
+# `repro run` (argv[2:]) with a handshake between each update and the sampling of the next step that must run
+# beside it (argv[1]: the last step): the update does not start its work until that sampling has begun, and
+# the sampling does not start its work until the update has begun. An async schedule passes at any speed and
+# then measures an overlap > 0 by construction; a schedule that sampled after the update (or not at all) would
+# wait here and fail at the guard, instead of the test reading whether the OS happened to run the two at once.
+_HANDSHAKE = """
+import sys, threading
+from repro.cli import main
+from repro.local.trainer import CpuTrainer
+
+GUARD_S = 120.0  # only a failure guard: a schedule that does not overlap the two waits here forever
+LAST = int(sys.argv[1])
+update, sample = CpuTrainer._update, CpuTrainer._sample_step
+sampling, updating = {}, {}  # step -> threading.Event: its sampling ahead began / its update began
+
+def event(table, step):
+    return table.setdefault(step, threading.Event())
+
+def _sample_step(self, step, model, behaviour_logprobs=False):
+    if threading.current_thread() is not threading.main_thread():  # sampled ahead, beside step - 1's update
+        event(sampling, step).set()
+        if not event(updating, step - 1).wait(GUARD_S):
+            raise RuntimeError(f"step {step} was sampled ahead but step {step - 1}'s update did not run beside it")
+    return sample(self, step, model, behaviour_logprobs)
+
+def _update(self, sampled, staleness=0):
+    event(updating, sampled.step).set()
+    if sampled.step < LAST and not event(sampling, sampled.step + 1).wait(GUARD_S):
+        raise RuntimeError(f"step {sampled.step + 1} was not sampled while step {sampled.step} updated")
+    return update(self, sampled, staleness)
+
+CpuTrainer._sample_step, CpuTrainer._update = _sample_step, _update
+raise SystemExit(main(sys.argv[2:]))
+"""
+
+
 def test_async_run_is_one_step_stale_corrected_and_overlapped(tiny_env, tmp_path) -> None:
     run_dir = tmp_path / "runs" / "tiny-arith__seq-balance-async__standard__s0"
     args = ["run", "--model", "tiny-arith", "--method", "seq-balance", "--async", "--steps", "4", "--batch", "8"]
-    done = run_cli(tiny_env, *args, "--runs-root", str(tmp_path / "runs"))
+    argv = [sys.executable, "-c", _HANDSHAKE, "4", *args, "--runs-root", str(tmp_path / "runs")]
+    done = subprocess.run(argv, cwd=ROOT, env=tiny_env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["method"] == "seq-balance-async" and config["train"]["async_rollout"] is True
@@ -48,7 +87,7 @@ def test_async_run_is_one_step_stale_corrected_and_overlapped(tiny_env, tmp_path
     for step in (2, 3, 4):  # sampled one update earlier: the weights differ from 1, truncated at 2
         assert records[step]["rollout_corr/rollout_is_mean"] != 1.0
         assert records[step]["rollout_corr/rollout_is_max"] <= 2.0
-    for step in (1, 2, 3):  # the next step was sampled while this one trained
+    for step in (1, 2, 3):  # the next step was sampled while this one trained (held so by _HANDSHAKE)
         assert records[step]["timing_s/overlap"] > 0.0
         assert records[step]["timing_s/overlap"] <= records[step]["timing_s/gen_ahead"] + 1e-9
     assert "timing_s/overlap" not in records[4]  # nothing left to sample ahead of the last step
@@ -94,7 +133,7 @@ def test_kill_and_resume_repeats_the_uninterrupted_async_run(tiny_env, tmp_path,
     killed_dir, straight_dir = tmp_path / "killed", tmp_path / "straight"
     kill_after_steps(tiny_env, [*args, "--run-dir", str(killed_dir)], killed_dir, 3)
     first = read_steps(killed_dir)
-    assert 3 <= len(first) < steps, "the kill should land mid-run"
+    assert first == [1, 2, 3], "the kill lands in step 4, before its update (step 5 being sampled beside it)"
     resumed = run_cli(tiny_env, *args, "--run-dir", str(killed_dir))
     assert resumed.returncode == 0, resumed.stderr
     assert sorted(read_steps(killed_dir)) == list(range(1, steps + 1))

@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -66,15 +67,32 @@ def read_steps(run_dir: Path) -> list[int]:
 
 
 def kill_after_steps(env: dict, args: list[str], run_dir: Path, steps: int, timeout: float = 240) -> None:
-    """`repro ARGS` in a subprocess, SIGKILLed as soon as `steps` steps are logged in `run_dir`."""
-    proc = subprocess.Popen(
-        [sys.executable, "cli.py", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    deadline = time.time() + timeout
-    while time.time() < deadline and len(read_steps(run_dir) if (run_dir / "metrics").exists() else []) < steps:
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    """`repro ARGS` in a subprocess, SIGKILLed in step `steps` + 1, once it is sampled and before its update,
+    with steps 1..`steps` logged and saved. The run holds at that moment (a pause point, REPRO_PAUSE_AT) until
+    the kill, so the kill lands there however fast or loaded the machine is, rather than wherever the run got
+    to after a poll saw `steps` steps logged. `timeout` is only a failure guard."""
+    from repro.rundir.pause import PAUSE_ENV, pause_file
+
+    moment = pause_file(run_dir, "step", steps + 1)
+    with tempfile.TemporaryFile() as err:  # a file, not a pipe: a pipe nobody reads could stall the run
+        proc = subprocess.Popen(
+            [sys.executable, "cli.py", *args],
+            cwd=ROOT,
+            env={**env, PAUSE_ENV: f"step:{steps + 1}"},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        try:
+            end = time.monotonic() + timeout
+            while not moment.exists():
+                if proc.poll() is not None:
+                    err.seek(0)
+                    raise AssertionError(f"the run ended before step {steps + 1}: {err.read().decode()[-3000:]}")
+                assert time.monotonic() < end, f"step {steps + 1} not reached within {timeout} s"
+                time.sleep(0.05)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
 
 
 def test_run_writes_the_contract_and_refuses_to_redo(tiny_env, tmp_path) -> None:
@@ -140,7 +158,7 @@ def test_kill_and_resume_keeps_every_step_exactly_once(tiny_env, tmp_path) -> No
     killed_dir, straight_dir = tmp_path / "killed", tmp_path / "straight"
     kill_after_steps(tiny_env, [*args, "--run-dir", str(killed_dir)], killed_dir, 4)
     first = read_steps(killed_dir)
-    assert 4 <= len(first) < steps, "the kill should land mid-run"
+    assert first == [1, 2, 3, 4], "the kill lands in step 5, before its update"
     status = json.loads((killed_dir / "status.json").read_text())
     assert status["state"] == "running"  # what a SIGKILL leaves behind; readers report it as interrupted
     resumed = run_cli(tiny_env, *args, "--run-dir", str(killed_dir))
@@ -149,7 +167,7 @@ def test_kill_and_resume_keeps_every_step_exactly_once(tiny_env, tmp_path) -> No
     assert sorted(union) == list(range(1, steps + 1)), union  # every step exactly once
     attempts = json.loads((killed_dir / "status.json").read_text())["attempts"]
     assert [a["state"] for a in attempts] == ["interrupted", "finished"]
-    assert attempts[1]["resumed_from_step"] >= len(first) - 1
+    assert attempts[1]["resumed_from_step"] == 4  # every step is saved, so the last logged one
     # the estimator state travelled with the checkpoint: it knows the prompts of every step
     final = killed_dir / "checkpoints" / f"global_step_{steps}"
     est = json.loads((final / "estimator.json").read_text())
