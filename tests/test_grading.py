@@ -4,6 +4,7 @@ The grading modes of the released evaluation ("boxed", "qwen-math") are tested i
 
 from __future__ import annotations
 
+import functools
 import time
 
 import pytest
@@ -11,16 +12,22 @@ import pytest
 from repro.evaluation.grading import OUTCOMES, Grade, Grader
 from repro.reward import _judge, compute_score, reward_answer
 
-# math-verify takes ~5.4 s on this (its own 5 s signal.alarm fires inside the comparison and it then
-# answers False), far over the limits used here: a real input, not a test hook.
+# math-verify takes ~5.4 s on this with its default 5 s signal.alarm (which fires inside the comparison; it then
+# answers False), and runs on (measured: past 15 s, under 60 MB) when that alarm is far off: a real input, not a
+# test hook.
 PATHOLOGICAL = r"The answer is \boxed{9^{9^{9^{9^{9}}}}}."
-SHORT_LIMIT = 1.0
-# With SHORT_LIMIT graders math-verify's own alarm is set to 5 s, so only the hard limit can stop the item in time.
+SHORT_LIMIT = 3.0  # the hard limit under test: what a normal item graded beside the slow one must beat (they
+# are integers, which the worker compares as strings: milliseconds, loaded or not), far below...
+INNER_S = 120  # ...math-verify's own alarm in those graders, so only the hard limit can stop the item in time.
 # Which of the two stopped it is read from the grader's counters, not from a stopwatch (a loaded machine makes any
 # wall-clock bound flaky): the hard limit kills the worker before it reports the item, so `worker_calls` does not
 # move and the next call starts a replacement (`worker_starts`); math-verify's own alarm is an answer the worker
 # sends, so `worker_calls` moves and the worker lives on. The time it took is only checked from below: the hard
 # limit never cuts an item short.
+HANG_GUARD_S = 300.0  # a limit no normal item comes near, loaded or not: only a guard against a hang
+# Graders that check normal outcomes run with both limits far off: under load a normal item can take seconds
+# (measured at load 12 on 2 cores: 3.5 s for x^2+2x+1 against (x+1)^2), past math-verify's default 5 s alarm.
+GENEROUS = {"timeout_s": HANG_GUARD_S, "inner_timeout_s": INNER_S}
 
 LONG_COT = (
     "Let me think step by step. We need the sum of the roots of $x^2 - 5x + 6 = 0$.\n"
@@ -67,7 +74,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def grader():
-    with Grader(timeout_s=10.0) as g:
+    with Grader(**GENEROUS) as g:
         yield g
 
 
@@ -85,19 +92,24 @@ def test_no_box_and_unbalanced_box_score_zero_without_a_worker():
         assert g.counts() == {"no_boxed": 4}
 
 
-def test_agrees_with_the_training_reward(grader):
+def test_agrees_with_the_training_reward(grader, monkeypatch):
+    from repro import reward
+
+    # the reward's main-thread comparison with its alarm as far off as the grader's (see GENEROUS)
+    judge = functools.partial(_judge, timeout=INNER_S)
+    monkeypatch.setattr(reward, "_judge", judge)
     assert len(CASES) >= 30
     for response, reference, _ in CASES:
         got = grader.grade(response, reference)
         assert got.score == compute_score("test", response, reference), (response, reference)
         answer = reward_answer(response)
-        expected = "no_boxed" if answer is None else _judge(answer, reference.strip())[1]
+        expected = "no_boxed" if answer is None else judge(answer, reference.strip())[1]
         assert got.outcome == expected, (response, reference)
 
 
 def test_memoised_counted_and_grade_many_matches_grade():
     pairs = [(r, g) for r, g, _ in CASES[:12]] + [("no box here", "1")]
-    with Grader(timeout_s=10.0) as one, Grader(timeout_s=10.0, workers=2) as many:
+    with Grader(**GENEROUS) as one, Grader(**GENEROUS, workers=2) as many:
         singles = [one.grade(r, g) for r, g in pairs]
         calls = one.worker_calls
         assert calls == 12  # every boxed pair reached the worker once
@@ -119,7 +131,7 @@ def test_memoised_counted_and_grade_many_matches_grade():
 
 
 def test_pathological_input_times_out_and_the_grader_recovers():
-    with Grader(timeout_s=SHORT_LIMIT, inner_timeout_s=5) as g:
+    with Grader(timeout_s=SHORT_LIMIT, inner_timeout_s=INNER_S) as g:
         assert g.grade(r"\boxed{7}", "7") == Grade(1.0, "correct")  # worker started, outside the limit
         assert (g.worker_calls, g.worker_starts) == (1, 1)
         start = time.monotonic()
@@ -130,7 +142,7 @@ def test_pathological_input_times_out_and_the_grader_recovers():
         assert g.counts() == {"correct": 1, "timeout": 1}
         assert g.worker_starts == 1  # the killed worker is replaced lazily
 
-        assert g.grade(r"\boxed{\frac{1}{2}}", "0.5") == Grade(1.0, "correct")  # still works
+        assert g.grade(r"\boxed{3}", "3") == Grade(1.0, "correct")  # still works
         assert (g.worker_calls, g.worker_starts) == (2, 2)
         assert g.grade(PATHOLOGICAL, "1") == Grade(0.0, "timeout")  # the timeout is memoised: no worker sees it
         assert (g.worker_calls, g.worker_starts) == (2, 2) and g._workers[0].alive()  # nothing sent, nothing killed
@@ -139,7 +151,7 @@ def test_pathological_input_times_out_and_the_grader_recovers():
 
 def test_only_the_slow_item_of_a_batch_times_out():
     pairs = [(r"\boxed{1}", "1"), (r"\boxed{2}", "3"), (PATHOLOGICAL, "1"), (r"\boxed{4}", "4"), ("none", "4")]
-    with Grader(timeout_s=SHORT_LIMIT, inner_timeout_s=5) as g:
+    with Grader(timeout_s=SHORT_LIMIT, inner_timeout_s=INNER_S) as g:
         grades = g.grade_many(pairs)
         assert [x.outcome for x in grades] == ["correct", "wrong", "timeout", "correct", "no_boxed"]
         assert g.worker_calls == 3  # the finished items were not graded again after the restart
@@ -147,19 +159,19 @@ def test_only_the_slow_item_of_a_batch_times_out():
 
 
 def test_math_verify_own_timeout_is_reported_as_timeout():
-    # A generous hard limit, so math-verify's own 1 s alarm fires first. math-verify swallows it (the
+    # A hard limit far off (a hang guard here), so math-verify's own 1 s alarm fires first. math-verify swallows it (the
     # comparison answers False, so _judge says "wrong"); the grader reads it from math-verify's log and
     # reports a timeout, without losing the worker.
-    with Grader(timeout_s=20.0, inner_timeout_s=1) as g:
+    with Grader(timeout_s=120.0, inner_timeout_s=1) as g:
         assert g.grade(PATHOLOGICAL, "1") == Grade(0.0, "timeout")
-        # the worker answered the item itself (math-verify's alarm), so the 20 s hard limit never fired: no kill
+        # the worker answered the item itself (math-verify's alarm), so the hard limit never fired: no kill
         assert g.worker_starts == 1 and g.worker_calls == 1 and g._workers[0].alive()
         assert g.grade(r"\boxed{2}", "2") == Grade(1.0, "correct")
         assert g.worker_starts == 1 and g.worker_calls == 2  # the same worker went on
 
 
 def test_dead_worker_is_restarted_and_closed_grader_refuses():
-    g = Grader(timeout_s=5.0)
+    g = Grader(**GENEROUS)
     assert g.grade(r"\boxed{2}", "2").score == 1.0
     g._workers[0].proc.kill()
     g._workers[0].proc.join()
@@ -174,8 +186,8 @@ def test_dead_worker_is_restarted_and_closed_grader_refuses():
 def test_a_failed_restart_raises_and_leaves_no_stale_replies(monkeypatch):
     from repro.evaluation import grading
 
-    slow_too = r"\boxed{10^{10^{10}}}"  # another real slow input (~5.4 s in math-verify)
-    with Grader(timeout_s=SHORT_LIMIT, workers=2, inner_timeout_s=5) as g:
+    slow_too = r"\boxed{10^{10^{10}}}"  # another real slow input (~5.4 s in math-verify at its 5 s alarm)
+    with Grader(timeout_s=SHORT_LIMIT, workers=2, inner_timeout_s=INNER_S) as g:
         real_ensure = grading._Worker.ensure
         started = []
 
@@ -204,9 +216,6 @@ def test_arguments_are_checked():
         Grader(mp_context="fork")
 
 
-HANG_GUARD_S = 300.0  # only a failure guard against a hung thread; no test outcome depends on it
-
-
 def _in_thread(fn):
     """fn() in a daemon thread (verl scores in executor threads); its result, or fail after HANG_GUARD_S."""
     import threading
@@ -225,7 +234,7 @@ def test_training_reward_off_the_main_thread_has_a_hard_time_limit(monkeypatch):
     from repro import reward
 
     monkeypatch.setattr(reward, "REWARD_TIMEOUT_S", SHORT_LIMIT, raising=False)
-    monkeypatch.setattr(reward, "REWARD_INNER_TIMEOUT_S", 5, raising=False)  # only the hard limit is in time
+    monkeypatch.setattr(reward, "REWARD_INNER_TIMEOUT_S", INNER_S, raising=False)  # only the hard limit is in time
     reward.clear_cache()
     try:
         # start-up (spawn + imports) is not charged to an item: warm the worker first

@@ -24,13 +24,16 @@ IDS = [case["id"] for case in CASES]
 EXPECTED_DISAGREEMENTS = 19  # cases where the two released modes give different grades (the issue saw 12 of 42)
 
 HANGS_IN_SYMPY = r"The answer is \boxed{9^{9^{9^{9^{9}}}}}."  # qwen-math's sympy step runs for minutes
+# Graders that check normal outcomes keep both limits far off: under load a normal item can take seconds (3.5 s
+# measured at load 12 on 2 cores), and no outcome here should depend on the machine's speed.
+GENEROUS = {"timeout_s": 300.0, "inner_timeout_s": 120}
 
 
 @pytest.fixture(scope="module")
 def graded():
     """Every fixture case graded in both modes through one Grader's workers (one batch per mode)."""
     pairs = [(case["response"], case["reference"]) for case in CASES]
-    with Grader(timeout_s=20.0) as grader:
+    with Grader(**GENEROUS) as grader:
         yield {mode: grader.grade_many(pairs, mode=mode) for mode in ("qwen-math", "boxed")}
 
 
@@ -242,7 +245,7 @@ def test_words_to_number():
 
 def test_each_mode_through_the_worker_and_memoised_per_mode():
     response = r"First $\boxed{3}$; on reflection, the answer is $\boxed{4"
-    with Grader(timeout_s=20.0) as grader:
+    with Grader(**GENEROUS) as grader:
         grades = {mode: grader.grade(response, "3", mode=mode) for mode in GRADING_MODES}
         assert grades == {
             "reward": Grade(0.0, "no_boxed"),  # unclosed last box: nothing
@@ -265,7 +268,7 @@ def test_qwen_math_hang_times_out_and_the_grader_recovers():
     """qwen-math has no limit of its own, so only the hard limit ends the hang. That it did is read from the
     grader's counters, not a stopwatch (a loaded machine makes a wall-clock upper bound flaky): the worker
     never reported the item and was killed; the time taken is only checked from below."""
-    limit = 2.0
+    limit = 5.0  # what the normal items graded here must beat: 10x what the slowest took at load 12
     with Grader(timeout_s=limit) as grader:
         assert grader.grade(r"\boxed{7}", "7", mode="qwen-math") == Grade(1.0, "correct")  # warm worker
         assert (grader.worker_calls, grader.worker_starts) == (1, 1)
@@ -315,7 +318,7 @@ def test_evaluate_benchmark_grades_in_the_chosen_mode_and_regrades_on_change(tmp
     problems = [Problem("minerva_math", "p0", "q0", "25"), Problem("minerva_math", "p1", "q1", "3")]
     out = tmp_path / "minerva_math.jsonl"
     texts = [r"So $\boxed{25\%}$.", "The answer is 3."]
-    with Grader(timeout_s=20.0) as grader:
+    with Grader(**GENEROUS) as grader:
         boxed = evaluate_benchmark(problems, 2, _Fixed(texts), grader, out, seed=0)
         assert [(r["extracted"], r["score"], r["grading"]) for r in boxed] == [
             (r"25\%", 0.0, "boxed"),
