@@ -124,25 +124,38 @@ def test_sampler_metrics_reach_collect_and_the_sampling_table(seq_run, verl_env,
     assert any(c not in ("", "—", "-", "nan") for c in cells[2:]), line
 
 
-def _wait_for_step(path: Path, step: int, proc: subprocess.Popen, timeout: float, log: Path) -> None:
-    deadline = time.monotonic() + timeout
+def _wait_for_pause(moment: Path, step: int, proc: subprocess.Popen, timeout: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout  # only a failure guard: the wait ends when the run pauses
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             tail = log.read_text()[-3000:]
-            raise AssertionError(f"the run ended (code {proc.returncode}) before step {step} was logged:\n{tail}")
-        if path.exists() and any(json.loads(x)["step"] >= step for x in path.read_text().splitlines() if x.strip()):
+            raise AssertionError(f"the run ended (code {proc.returncode}) before step {step} began:\n{tail}")
+        if moment.exists():
             return
         time.sleep(0.2)
-    raise AssertionError(f"step {step} not logged within {timeout} s")
+    raise AssertionError(f"step {step} not begun within {timeout} s")
 
 
 def kill_after_step(argv: list[str], env: dict, run: Path, step: int, log: Path, timeout: float) -> None:
-    """Start `repro run`, wait until its first attempt logged `step`, then SIGKILL its whole process group
-    (the attempt wrapper, verl's driver, Ray): nothing gets to clean up, as when a node dies."""
+    """Start `repro run`, hold it where step `step` + 1 begins (a pause point, REPRO_PAUSE_AT, in the plugin's
+    trainer: step `step` trained, saved where save_freq says, logged, its weights synced), then SIGKILL its
+    whole process group (the attempt wrapper, verl's driver, Ray): nothing gets to clean up, as when a node
+    dies. The run waits at that moment for the kill, so the kill lands there however loaded the machine is,
+    not wherever the run got to by the time a poll of the metrics saw `step`. The pause fires once per run
+    folder, so the resumed attempt goes past it."""
+    from repro.rundir.pause import PAUSE_ENV, pause_file
+
+    moment = pause_file(run, "step", step + 1)
     with open(log, "w") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            env={**env, PAUSE_ENV: f"step:{step + 1}"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
-        _wait_for_step(run / "metrics" / "attempt-001.jsonl", step, proc, timeout=timeout, log=log)
+        _wait_for_pause(moment, step + 1, proc, timeout=timeout, log=log)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

@@ -8,6 +8,8 @@ with one change, in `on_step_end`: when a request is there, it saves the step ju
 saved it already) and ends the loop after that step, and `on_train_end` then leaves the record that
 `repro.launch.attempt` turns into "checkpoint at step N, 0 steps lost" and exit code 75. A request found in
 `on_train_begin` (the warning came while verl was starting) ends the loop before its first step.
+`on_step_begin` only adds a pause point (`repro.rundir.pause`, "step:N"), inert without REPRO_PAUSE_AT, so
+a test can kill a run exactly where a step begins.
 
 Why this is consistent with verl's resume: `fit` saves at the same point of its loop (after `step()`,
 right before `on_step_end`), so the checkpoint written here holds what a `save_freq` save of that step
@@ -35,6 +37,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
 
 from repro.launch.allocations import honour, stop_request
+from repro.rundir.pause import pause_at
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +72,14 @@ class StopAtBoundary:
             logger.warning("stop requested before the first step: the checkpoint at step %d stands", restored)
             return  # not the async trainer's warm-up submissions either: nothing will train them
         super().on_train_begin()
+
+    def on_step_begin(self) -> None:
+        """A pause point (`repro.rundir.pause`, REPRO_PAUSE_AT="step:N"; nothing without the variable): step N
+        about to sample, the step before it trained, saved where save_freq says, logged and its weights synced.
+        A test that kills the run there kills it at that moment however fast the machine is, instead of
+        polling the metrics file and hoping the next step has not been logged by the time its kill lands."""
+        pause_at(self.run_dir, "step", self.global_steps)
+        super().on_step_begin()
 
     def on_step_end(self) -> None:
         if self.stopped_at is None and self.global_steps < self.total_training_steps:
