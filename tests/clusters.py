@@ -3,8 +3,8 @@
 Slurm: Debian's slurm-wlm (installed by `.ci/run`), one node, with a private slurm.conf, spool and log
 folders under a temporary directory (SLURM_CONF points the client commands at it; free ports of its own so a
 cluster the machine or another test session runs is left alone). munged is shared: started only if it is
-not running, and stopped by the last test cluster to leave. Ray: `ray start --head` on 127.0.0.1 (ports
-6380 / 8266), stopped by killing its own processes only (`ray stop` stops every Ray on the machine, which
+not running, and stopped by the last test cluster to leave. Ray: `ray start --head` on 127.0.0.1 (free
+ports of its own), stopped by killing its own processes only (`ray stop` stops every Ray on the machine, which
 with pytest-xdist includes a verl run in the other worker).
 """
 
@@ -224,27 +224,29 @@ def _free_ports(count: int) -> list[int]:
 
 @contextlib.contextmanager
 def ray_cluster(temp_dir: Path) -> Iterator[str]:
-    """A Ray head on 127.0.0.1 with the dashboard (Jobs API) on 8266; yields the Jobs API address."""
+    """A Ray head on 127.0.0.1 with the dashboard (Jobs API) on a free port; yields the Jobs API address."""
     ray = Path(sys.executable).parent / "ray"
     temp_dir.mkdir(parents=True, exist_ok=True)
     # Ray 2.60 turns token auth on for `ray start` once ~/.ray/auth_token exists, which any local
     # `ray.init()` (a verl run) creates; the Jobs API client here then lacks the token. This test cluster
     # lives on 127.0.0.1 only: run it without auth, explicitly.
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    # the head's and the dashboard's ports too are free ones: another test session may run its own cluster
+    head, dashboard, *agents = _free_ports(2 + len(AGENT_PORT_FLAGS))
     start = [
-        str(ray), "start", "--head", "--port=6380", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
-        "--dashboard-port=8266", "--num-cpus=2", "--include-dashboard=true", "--disable-usage-stats",
+        str(ray), "start", "--head", f"--port={head}", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard}", "--num-cpus=2", "--include-dashboard=true", "--disable-usage-stats",
         f"--temp-dir={temp_dir}",
     ]  # fmt: skip
     # Every other port Ray would take by default (the job agent's 52365 among them) is a free one: a verl run
     # in another xdist worker starts its own local Ray with those defaults, and the second agent to bind
     # loses; this cluster's Jobs API then answers "No available agent to submit job" (seen in the suite).
-    ports = dict(zip(AGENT_PORT_FLAGS, _free_ports(len(AGENT_PORT_FLAGS)), strict=True))
+    ports = dict(zip(AGENT_PORT_FLAGS, agents, strict=True))
     start += [f"{flag}={port}" for flag, port in ports.items()]
     result = subprocess.run(start, capture_output=True, text=True, env=env, timeout=180)
     if result.returncode != 0:
         raise RuntimeError(f"ray start failed: {result.stderr[-2000:]}")
-    address = "http://127.0.0.1:8266"
+    address = f"http://127.0.0.1:{dashboard}"
     try:
         from ray.job_submission import JobSubmissionClient
 
@@ -259,7 +261,7 @@ def ray_cluster(temp_dir: Path) -> Iterator[str]:
                 time.sleep(1)
         yield address
     finally:
-        _stop_ray_cluster(temp_dir, port=6380)
+        _stop_ray_cluster(temp_dir, port=head)
 
 
 def _stop_ray_cluster(temp_dir: Path, port: int) -> None:
