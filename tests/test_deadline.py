@@ -544,3 +544,22 @@ def test_the_dry_run_shows_the_wrapper_only_with_a_limit_and_help_gives_an_examp
     text = " ".join(capsys.readouterr().out.split())
     assert "repro sweep run sweeps/paper.yaml --launcher ray --time 1-00:00:00 --max-allocations 4 --wait" in text
     assert "e.g. --launcher ray --time 1-00:00:00 --wait" in text and "e.g. --max-allocations 8" in text
+
+
+def test_a_limit_that_came_before_the_attempt_began_leaves_the_cell_interrupted_not_failed(tmp_path) -> None:
+    """On a loaded node a five-second limit can end the job before `repro run` begins its attempt: the run folder
+    then knows nothing of the job, and the job's end (the wrapper's STOPPED_EXIT) says it is an interruption to
+    continue; a job that failed there is still a failure, with its last line."""
+    from repro.launch.jobs import record_job
+    from repro.launch.state import cell_state
+
+    for ending, state in (("limit", "interrupted"), ("failed", "failed")):
+        run = tmp_path / ending
+        RunDir.prepare(run, {"x": 1}, ["repro", "run"])
+        record_job(run, {"launcher": "ray", "job_id": "job-1", "ending": ending})
+        got = cell_state(run, scheduler=Scripted([]))
+        assert got.state == state, got
+    assert (
+        "reached its time limit before its attempt began"
+        in cell_state(tmp_path / "limit", scheduler=Scripted([])).reason
+    )

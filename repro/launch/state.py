@@ -63,6 +63,13 @@ def _output_tail(job: dict[str, Any], run_dir: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
+def _stopped_at_limit(owner: Scheduler | None, job: dict[str, Any]) -> bool:
+    """Whether the job ended at a time limit its scheduler does not requeue (Ray under repro.launch.deadline): an
+    interruption to continue, not a failure, even when the limit came before `repro run` began its attempt."""
+    ask = getattr(owner, "stopped_for_continuation", None)
+    return bool(ask is not None and ask(job))
+
+
 def cell_state(run_dir: str | Path, *, ask_scheduler: bool = True, scheduler: Scheduler | None = None) -> CellState:
     run_dir = Path(run_dir)
     job = last_job(run_dir) if run_dir.is_dir() else None
@@ -93,6 +100,9 @@ def cell_state(run_dir: str | Path, *, ask_scheduler: bool = True, scheduler: Sc
         if js.state == "cancelled":
             return CellState("cancelled", f"{_job_name(job)} was cancelled", job, n)
         if js.state in ("failed", "finished") and (run_state == "pending" or not started or not error):
+            if js.state == "failed" and _stopped_at_limit(owner, job):  # a Ray job whose limit came first
+                why = f"{_job_name(job)} reached its time limit before its attempt began or recorded its end"
+                return CellState("interrupted", f"{why}; launched again, it resumes from its last checkpoint", job, n)
             tail = _output_tail(job, run_dir)
             why = f"{_job_name(job)} ended {js.detail or js.state}" + (f": {tail}" if tail else "")
             return CellState("failed", why, job, n)
