@@ -39,6 +39,9 @@ class _Terminated(BaseException):
 
 
 def _on_sigterm(signum, frame):
+    # one is enough: a second TERM (scancel and a wrapper's forward, Slurm's time limit and a cancel) must not
+    # cut short the record of the first, nor turn the exit that follows it into a death by signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise _Terminated()
 
 
@@ -272,7 +275,8 @@ def _train(cell: ResolvedCell, config, path: Path, overwrite: bool, note: str | 
         rundir.end_attempt("failed", f"{type(exc).__name__}: {exc}")
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:  # after a TERM, later ones stay ignored
+            signal.signal(signal.SIGTERM, previous)
     discard_request(path)  # one that came during the last step: there is nothing left to stop
     rundir.end_attempt("finished", moment="finished")
     pause_at(path, "end")  # a rehearsal's moment: finished and recorded, the process not yet gone
