@@ -31,21 +31,21 @@ step "2/5 the filtered standard and hard prompt sets (builds the tiny model on f
 $repro data filter --base-samples 16
 $repro data filter --base-samples 16 --pass-rate 0.125  # reuses the standard set's pass counts
 
-# Each cell trains, then its evaluation stage (the sweep files' `eval:`) scores it, two cells at a time with one
+# Each cell trains, then its evaluation stage (the sweep files' `eval:`) scores it, one cell per CPU core with one
 # torch thread each. The sweep files ask for every kept checkpoint, as the paper's protocol does; on 2 cores
 # the main job evaluates the final one (10 kept checkpoints a run would be 10x the evaluation time), and for
 # the hard set also steps 20 and 50, so `repro plot eval-curve` has a curve to draw:
 # `repro sweep eval sweeps/tiny.yaml --eval-checkpoints all` adds the rest.
-step "3/5 the grid and its evaluation: sweeps/tiny*.yaml, two cells at a time"
-$repro sweep run sweeps/tiny.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints final
-$repro sweep run sweeps/tiny-hard.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints final
+step "3/5 the grid and its evaluation: sweeps/tiny*.yaml, one cell per core"
+$repro sweep run sweeps/tiny.yaml --runs-root "$runs" --eval-checkpoints final
+$repro sweep run sweeps/tiny-hard.yaml --runs-root "$runs" --eval-checkpoints final
 # beyond the paper: async Seq-balance and the released Est, paired seed by seed with sweeps/tiny.yaml's cells
-$repro sweep run sweeps/tiny-beyond.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints final
+$repro sweep run sweeps/tiny-beyond.yaml --runs-root "$runs" --eval-checkpoints final
 # the bench of other adaptive samplers (PODS, Knapsack RL, GRESO), paired with GRPO-n4, GRPO-n8 and DAPO there;
 # their equal-token readings come from the held-out accuracy every run logs while it trains
-$repro sweep run sweeps/tiny-bench.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints final
+$repro sweep run sweeps/tiny-bench.yaml --runs-root "$runs" --eval-checkpoints final
 # the curve over training for the hard set: two more of each run's kept checkpoints (the figure eval-curve)
-$repro sweep eval sweeps/tiny-hard.yaml --runs-root "$runs" --max-parallel 2 --eval-checkpoints 20,50,100
+$repro sweep eval sweeps/tiny-hard.yaml --runs-root "$runs" --eval-checkpoints 20,50,100
 
 step "4/5 Ave@32 of the base model"
 $repro eval tiny-arith --runs-root "$runs"
