@@ -106,10 +106,13 @@ FAKE_TRAINER = """
 import pathlib, sys, time
 run, mode = pathlib.Path(sys.argv[1]), sys.argv[2]
 (run / "started").write_text("1")
-for _ in range(400):
-    if mode == "honour" and (run / ".stop-request.json").exists():
+for _ in range(2400):  # a guard only: every test ends the fake trainer by a signal or a request
+    request = run / ".stop-request.json"
+    if request.exists() and not (run / "seen-request.json").exists():
+        (run / "seen-request.json").write_text(request.read_text())  # what the trainer saw, for the test
+    if mode == "honour" and request.exists():
         sys.exit(75)
-    if mode == "finish" and (run / ".stop-request.json").exists():
+    if mode == "finish" and request.exists():
         sys.exit(0)  # the last step ended as the warning came: the run is finished, nothing to stop
     time.sleep(0.05)
 sys.exit(3)
@@ -147,18 +150,19 @@ def _bash_job(
     deadline = time.monotonic() + 30  # a guard: the signals are sent once the fake trainer says it runs
     while send and not (run / "started").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    seen = None
+    seen_file = run / "seen-request.json"
+    seen_file.unlink(missing_ok=True)
     for what in send:
         if what == "USR1":  # --signal=B: the batch shell only
             os.kill(proc.pid, signal.SIGUSR1)
-            for _ in range(100):
-                seen = seen or stop_request(run)
-                if seen:
-                    break
+            # the next signal only once the trainer has seen the request (or has ended): an order, not a delay
+            deadline = time.monotonic() + 120  # a guard against a hang, not a timing
+            while not seen_file.exists() and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.02)
         else:  # scancel, preemption, the time limit: every process of the job
             os.killpg(proc.pid, signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
+    out, _ = proc.communicate(timeout=120)
+    seen = json.loads(seen_file.read_text()) if seen_file.exists() else None
     return proc.returncode, out, calls.read_text() if calls.exists() else "", seen
 
 
