@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -62,3 +63,22 @@ def append_lines(handle: IO[str], lines: list[str]) -> None:
         handle.write("\n".join(lines) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def read_records(path: str | os.PathLike[str], needs: str | None = None) -> list[dict[str, Any]]:
+    """The JSON objects of an append-only JSON-lines file, oldest first: [] when it does not exist, and a line
+    torn by a kill mid-append (or anything not an object, or one lacking the field `needs`) is skipped, since
+    such files are read while their writers may be dying."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and (needs is None or record.get(needs)):
+            out.append(record)
+    return out

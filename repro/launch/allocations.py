@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from repro.atomic import write_text
+from repro.atomic import read_records, write_text
 from repro.errors import ReproError
 from repro.rundir import RunDir
 from repro.rundir.attempts import first_logged_step, last_logged_step
@@ -152,19 +152,7 @@ def _where(moment: object, end: str) -> str:
 
 
 def _script_ends(run_dir: Path) -> list[dict[str, Any]]:
-    try:
-        text = (run_dir / ENDS_FILE).read_text()
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line torn by the kill that ended its allocation
-        if isinstance(record, dict) and isinstance(record.get("allocation"), int):
-            out.append(record)
-    return out
+    return [r for r in read_records(run_dir / ENDS_FILE) if isinstance(r.get("allocation"), int)]
 
 
 def allocation_ends(run_dir: str | os.PathLike[str]) -> list[str]:

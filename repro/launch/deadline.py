@@ -52,7 +52,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from repro.atomic import write_text
+from repro.atomic import read_records, write_text
 from repro.errors import ReproError
 from repro.launch.allocations import STOPPED_EXIT, discard_request, request_stop
 from repro.launch.slurm_options import SlurmOptions, time_seconds
@@ -400,17 +400,7 @@ def run(
 
 def job_log(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The lines of RUN/deadlines.jsonl, oldest first (a torn last line is skipped)."""
-    try:
-        lines = (Path(run_dir) / LOG_FILE).read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    out = []
-    for text in lines:
-        try:
-            out.append(json.loads(text))
-        except ValueError:
-            continue
-    return out
+    return read_records(Path(run_dir) / LOG_FILE)
 
 
 def live_record(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from repro.atomic import append_lines, fsync_dir
+from repro.atomic import append_lines, fsync_dir, read_records
 from repro.launch.plan import CellPlan
 
 JOBS_FILE = "jobs.jsonl"
@@ -63,19 +63,7 @@ def record_job(run_dir: str | os.PathLike[str], record: dict[str, Any], file: st
 
 def job_records(run_dir: str | os.PathLike[str], file: str = JOBS_FILE) -> list[dict[str, Any]]:
     """Every submission of a run, oldest first; a torn last line (a crash mid-append) is ignored."""
-    try:
-        lines = (Path(run_dir) / file).read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and record.get("job_id"):
-            out.append(record)
-    return out
+    return read_records(Path(run_dir) / file, needs="job_id")
 
 
 def last_job(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
