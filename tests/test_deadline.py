@@ -239,7 +239,9 @@ def on_term(*_):
     sys.exit(130)
 signal.signal(signal.SIGTERM, on_term)
 sleeper = subprocess.Popen(["sleep", "600"])
-(run / "ready.json").write_text(json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0), "sleeper": sleeper.pid}))
+ready = {"pid": os.getpid(), "pgid": os.getpgid(0), "sleeper": sleeper.pid}
+ready["allocation"] = os.environ.get("REPRO_ALLOCATION")
+(run / "ready.json").write_text(json.dumps(ready))
 while True:
     if mode == "honour" and (run / ".stop-request.json").exists():
         (run / ".stop-request.json").unlink()
@@ -296,12 +298,13 @@ def test_usr1_writes_the_stop_request_and_the_stop_is_a_continuation(tmp_path) -
     assert live is not None and live["pid"] == proc.pid and live["cell_pgid"] == ready["pid"] == ready["pgid"]
     assert (live["job_id"], live["allocation"], live["limit_s"], live["margin_s"]) == ("repro-cell-3-t", 3, 3600, 60)
     assert os.getpgid(proc.pid) != ready["pgid"]  # the cell has a group of its own
+    assert ready["allocation"] == "3"  # the attempt records it, and `repro status` pairs it with the log's line
     os.kill(proc.pid, signal.SIGUSR1)
     out = _ended(proc, tmp_path)
     assert proc.returncode == STOPPED_EXIT, out
     (line,) = job_log(run)
-    assert (line["ended_by"], line["cell_exit"], line["exit"], line["job_id"]) == (
-        "stopped on request", 75, 75, "repro-cell-3-t"
+    assert (line["ended_by"], line["cell_exit"], line["exit"], line["job_id"], line["max_allocations"]) == (
+        "stopped on request", 75, 75, "repro-cell-3-t", 5
     )  # fmt: skip
     assert line["terminated_s"] is None and line["warned_s"] is not None
     assert not (run / deadline.LIVE_FILE).exists() and "allocation 3 of at most 5" in out

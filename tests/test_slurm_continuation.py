@@ -386,6 +386,27 @@ def test_allocation_ends_pair_the_scripts_record_with_each_attempts_moment(tmp_p
     assert allocation_ends(tmp_path / "missing") == []
 
 
+def test_a_ray_cells_allocation_ends_come_from_the_deadline_wrappers_log(tmp_path) -> None:
+    run = tmp_path / "run"
+    _status(run, [
+        {"n": 1, "job_id": "r-1", "allocation": 1, "state": "interrupted", "moment": "step 3"},
+        {"n": 2, "job_id": "r-2", "allocation": 2, "state": "interrupted", "moment": "after step 5",
+         "last_logged_step": 5},
+        {"n": 3, "job_id": "r-3", "allocation": 3, "state": "interrupted", "moment": "step 7"},
+    ])  # fmt: skip
+    lines = [  # as repro.launch.deadline writes them (fields trimmed)
+        {"job_id": "r-1", "allocation": 1, "max_allocations": 3, "ended_by": "deadline", "exit": 75},
+        {"job_id": "r-2", "allocation": 2, "max_allocations": 3, "ended_by": "stopped on request", "exit": 75},
+        {"job_id": "r-3", "allocation": 3, "max_allocations": 3, "ended_by": "deadline", "exit": 75},
+    ]
+    (run / "deadlines.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"job_id": "r-4", "al')
+    assert allocation_ends(run) == [
+        "1: time limit during step 3, continued",
+        "2: warning after step 5, continued",
+        "3: time limit during step 7",  # the last allowed job: the cell stays interrupted
+    ]
+
+
 def test_verls_trainer_saves_and_ends_its_loop_at_the_step_a_stop_is_requested(tmp_path) -> None:
     from omegaconf import OmegaConf
     from verl.trainer.ppo.v1 import get_trainer_cls

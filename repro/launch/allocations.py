@@ -30,6 +30,10 @@ from repro.rundir.status import now
 STOP_REQUEST = ".stop-request.json"
 STOP_HONOURED = ".stop-honoured.json"
 ENDS_FILE = "slurm/allocations.jsonl"  # one line per allocation's end, written by the Slurm job scripts
+DEADLINE_LOG = "deadlines.jsonl"  # one line per Ray job run under a time limit, written by repro.launch.deadline
+ALLOCATION_ENV = "REPRO_ALLOCATION"  # which allocation (Slurm: 1 + the job's requeues; Ray: the job's place)
+# how repro.launch.deadline's endings read beside the Slurm scripts' words
+_DEADLINE_ENDS = {"stopped on request": "warning", "deadline": "time limit"}
 STOPPED_EXIT = 75  # EX_TEMPFAIL: "stopped on request, not finished; run again" - what the job script requeues on
 
 
@@ -152,7 +156,19 @@ def _where(moment: object, end: str) -> str:
 
 
 def _script_ends(run_dir: Path) -> list[dict[str, Any]]:
-    return [r for r in read_records(run_dir / ENDS_FILE) if isinstance(r.get("allocation"), int)]
+    """Each allocation's end as the Slurm job script recorded it, else as the Ray deadline wrapper did (its
+    "continued" is the Slurm script's "requeued": the submitter runs a job stopped for its limit again)."""
+    ends = [r for r in read_records(run_dir / ENDS_FILE) if isinstance(r.get("allocation"), int)]
+    if ends:
+        return ends
+    for line in read_records(run_dir / DEADLINE_LOG):
+        if not isinstance(line.get("allocation"), int):
+            continue
+        most = line.get("max_allocations")
+        continued = line.get("exit") == STOPPED_EXIT and (not isinstance(most, int) or line["allocation"] < most)
+        what = str(line.get("ended_by", "?"))
+        ends.append({**line, "end": _DEADLINE_ENDS.get(what, what), "continued": continued})
+    return ends
 
 
 def allocation_ends(run_dir: str | os.PathLike[str]) -> list[str]:
@@ -177,5 +193,6 @@ def allocation_ends(run_dir: str | os.PathLike[str]) -> list[str]:
         where = _where(attempt.get("moment"), what) if attempt else ""
         if attempt and not where and _last(run, attempt) is None and what != "finished":
             where = " before its first step"  # the attempt left no word and no step: it was still starting
-        out.append(f"{stage}{end['allocation']}: {what}{where}" + (", requeued" if end.get("requeued") else ""))
+        again = ", requeued" if end.get("requeued") else ", continued" if end.get("continued") else ""
+        out.append(f"{stage}{end['allocation']}: {what}{where}{again}")
     return out

@@ -27,6 +27,7 @@ from pathlib import Path
 from repro import arithmetic
 from repro.errors import ReproError
 from repro.launch.allocations import (
+    ALLOCATION_ENV,
     STOPPED_EXIT,
     clear_stale_request,
     discard_request,
@@ -43,9 +44,6 @@ PLACEHOLDER = "attempt-NNN.jsonl"
 LAUNCHER_ENV = "REPRO_LAUNCHER"
 JOB_ID_ENV = "REPRO_JOB_ID"
 THREADS_ENV = "REPRO_TORCH_THREADS"  # CPU cells: torch threads, when a launcher runs several cells at once
-
-
-ALLOCATION_ENV = "REPRO_ALLOCATION"  # the Slurm job script's allocation number (1 + the job's requeues)
 
 
 def launcher_from_env() -> tuple[str, str | None]:

@@ -54,11 +54,11 @@ from typing import Any, Protocol
 
 from repro.atomic import read_records, write_text
 from repro.errors import ReproError
-from repro.launch.allocations import STOPPED_EXIT, discard_request, request_stop
+from repro.launch.allocations import ALLOCATION_ENV, DEADLINE_LOG, STOPPED_EXIT, discard_request, request_stop
 from repro.launch.slurm_options import SlurmOptions, time_seconds
 
 LIVE_FILE = ".deadline.json"  # the running job's limit (removed when the job ends)
-LOG_FILE = "deadlines.jsonl"  # one line per job that ran under a limit: how it ended
+LOG_FILE = DEADLINE_LOG  # one line per job that ran under a limit: how it ended (repro status reads it)
 KILL_WAIT_S = 30.0  # Slurm's default KillWait: TERM, then KILL this much later
 CANCEL_GRACE_S = 2.0  # a cancel reaches the cell itself from Ray; passed on only if the cell outlives this
 POLL_S = 0.2  # how often the wrapper looks at its clock and its signals while the cell runs
@@ -348,7 +348,9 @@ def run(
         flush=True,
     )
     try:
-        proc = subprocess.Popen(list(command), preexec_fn=_own_group_ending_with(os.getpid()))
+        # the attempt records its allocation, which `repro status` pairs with this job's line in deadlines.jsonl
+        env = {**os.environ, ALLOCATION_ENV: str(job.allocation)}
+        proc = subprocess.Popen(list(command), preexec_fn=_own_group_ending_with(os.getpid()), env=env)
     except OSError as exc:
         for s, h in previous.items():
             signal.signal(s, h)
@@ -379,6 +381,7 @@ def run(
     line = {
         "job_id": job.job_id,
         "allocation": job.allocation,
+        "max_allocations": job.max_allocations,
         "started": started,
         "ended": _now(),
         "limit_s": limit_s,
