@@ -103,9 +103,11 @@ def test_bad_continuation_options(options: SlurmOptions, fragment: str) -> None:
 
 
 FAKE_TRAINER = """
-import pathlib, sys, time
+import os, pathlib, signal, sys, time
 run, mode = pathlib.Path(sys.argv[1]), sys.argv[2]
 (run / "started").write_text("1")
+if mode == "killed":  # the time limit's TERM reached the trainer, and the script's was lost
+    os.kill(os.getpid(), signal.SIGTERM)
 for _ in range(2400):  # a guard only: every test ends the fake trainer by a signal or a request
     request = run / ".stop-request.json"
     if request.exists() and not (run / "seen-request.json").exists():
@@ -120,11 +122,17 @@ sys.exit(3)
 
 
 def _bash_job(
-    tmp_path: Path, mode: str, restart: int, send, slurm_says: str = "JobState=RUNNING Reason=None"
+    tmp_path: Path,
+    mode: str,
+    restart: int,
+    send,
+    slurm_says: str = "JobState=RUNNING Reason=None",
+    on_requeue: str = "exit 0",
 ) -> tuple[int, str, str, dict | None]:
     """Run the rendered script with bash as Slurm would (a fake `scontrol` on PATH that answers `show job` with
-    `slurm_says`, or with nothing when it is empty: slurmctld not answering), deliver `send`'s signals once the
-    fake trainer runs; (exit code, output, scontrol requeue calls, stop request seen)."""
+    `slurm_says`, or with nothing when it is empty: slurmctld not answering, and runs `on_requeue` for a
+    requeue), deliver `send`'s signals once the fake trainer runs; (exit code, output, scontrol requeue calls,
+    stop request seen)."""
     run = tmp_path / "run"
     (run / "slurm").mkdir(parents=True, exist_ok=True)
     (run / "started").unlink(missing_ok=True)
@@ -134,7 +142,7 @@ def _bash_job(
     calls.unlink(missing_ok=True)
     (fake_bin / "scontrol").write_text(
         f'#!/bin/sh\nif [ "$1" = show ]; then [ -n "{slurm_says}" ] && echo "JobId=$3 {slurm_says}"; exit 0; fi\n'
-        f'echo "$@" >> {calls}\n'
+        f'echo "$@" >> {calls}\n{on_requeue}\n'
     )
     (fake_bin / "scontrol").chmod(0o755)
     script = _script(tmp_path, _plan(run, ["python", "-c", FAKE_TRAINER, str(run), mode]), SlurmOptions())
@@ -180,6 +188,25 @@ def test_usr1_asks_the_trainer_to_stop_and_requeues_the_same_job(tmp_path) -> No
     assert _ends(tmp_path) == [("train", "42", 1, "warning", True)]
 
 
+@pytest.mark.parametrize(
+    ("on_requeue", "slurm_says", "requeued"),
+    [
+        # what a real requeue does (seen on Slurm 22.05): slurmctld TERMs every process of the job at once, the
+        # scontrol that asked included, which must still return its success
+        ("kill -TERM 0; exit 0", "JobState=RUNNING Reason=None", True),
+        # scontrol failed, but slurmctld counts the requeue: the job does come back
+        ("exit 1", "JobState=REQUEUED Reason=None Restarts=1", True),
+        ("exit 1", "JobState=RUNNING Reason=None Restarts=0", False),  # it really failed
+    ],
+)
+def test_the_requeue_that_terms_the_job_is_recorded_as_a_requeue(tmp_path, on_requeue, slurm_says, requeued):
+    code, out, calls, _ = _bash_job(tmp_path, "honour", restart=0, send=["USR1"], slurm_says=slurm_says,
+                                    on_requeue=on_requeue)  # fmt: skip
+    assert calls.strip() == "requeue 42", out
+    assert _ends(tmp_path) == [("train", "42", 1, "warning", requeued)], out
+    assert (code == 0) == requeued and ("scontrol requeue failed" in out) != requeued, out
+
+
 def test_the_last_allocation_is_not_requeued(tmp_path) -> None:
     code, out, calls, _ = _bash_job(tmp_path, "honour", restart=3, send=["USR1"])
     assert (code, calls) == (STOPPED_EXIT, ""), out
@@ -217,6 +244,20 @@ def test_the_time_limit_requeues_the_job_before_the_kill(tmp_path, send, slurm_s
     assert (code, calls.strip()) == (0, "requeue 42"), out
     assert "the time limit" in out and "requeueing job 42 for allocation 2 of 4 (time limit)" in out
     assert _ends(tmp_path) == [("train", "42", 1, "time limit", True)]
+
+
+@pytest.mark.parametrize(
+    ("slurm_says", "requeued"),
+    [("JobState=COMPLETING Reason=TimeLimit", True), ("JobState=TIMEOUT Reason=TimeLimit", True),
+     ("JobState=RUNNING Reason=None", False), ("", False)],
+)  # fmt: skip
+def test_a_cell_ended_at_the_time_limit_is_requeued_even_if_the_scripts_term_was_lost(tmp_path, slurm_says, requeued):
+    """Seen on the real Slurm: the limit and the warning landed together, the trainer died of the TERM, the
+    script's USR1 trap ran and its TERM trap never did. The script asks slurmctld once the cell has ended."""
+    code, out, calls, _ = _bash_job(tmp_path, "killed", restart=0, send=[], slurm_says=slurm_says)
+    assert (code, calls.strip()) == ((0, "requeue 42") if requeued else (128 + signal.SIGTERM, "")), out
+    end = ("train", "42", 1, "time limit", True) if requeued else ("train", "42", 1, "failed", False)
+    assert _ends(tmp_path) == [end], out
 
 
 def test_a_time_limit_in_the_last_allocation_leaves_the_run_interrupted(tmp_path) -> None:
