@@ -4,6 +4,10 @@ Our own loop rather than `generate()`: it draws from a dedicated `torch.Generato
 checkpoints, so a resumed run samples exactly what an uninterrupted one would), uses pure temperature
 sampling with no hidden top-k, and returns token ids cut at the first EOS. Rows that have finished leave the
 running batch (`compact`), so a step costs what the rows still running cost.
+
+A plain Qwen2 or Llama model runs through `repro.local.qwen2_forward` instead of its own `forward`: the same
+bits (tests/test_qwen2_forward.py) without transformers' per-call overhead, which on the tiny model is most
+of a forward's time. Any other model (the tests' fixed-distribution stand-ins, a wrapped model) is called.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from repro.local.qwen2_forward import compact_forward
 
 
 @dataclass
@@ -56,8 +62,9 @@ def compact_due(finished: int, live: int) -> bool:
 
 
 def select_cache_rows(cache: Any, keep: torch.Tensor) -> Any:
-    """The KV cache of rows `keep` only (transformers' `Cache.batch_select_indices`, in place). The tests'
-    fixed-distribution models keep no cache: theirs is None, with nothing to select."""
+    """The KV cache of rows `keep` only (transformers' `Cache.batch_select_indices`, in place, or the compact
+    forward's `KVCache` of the same name). The tests' fixed-distribution models keep no cache: theirs is None,
+    with nothing to select."""
     if cache is not None:
         cache.batch_select_indices(keep)
     return cache
@@ -113,8 +120,13 @@ def sample(
         return []
     ids, mask = left_pad(prompts, pad_id)
     pos = positions(mask)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **last_logits_only(model))
-    cache, logits = out.past_key_values, out.logits[:, -1, :]
+    fast = compact_forward(model)
+    if fast is not None:
+        cache = fast.new_cache(ids.shape[0], ids.shape[1] + max_new_tokens)
+        logits = fast(ids, mask, pos, cache, last_only=True)[:, -1, :]
+    else:
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **last_logits_only(model))
+        cache, logits = out.past_key_values, out.logits[:, -1, :]
     batch = ids.shape[0]
     rows = torch.arange(batch)  # the original row of each running row
     done = torch.zeros(batch, dtype=torch.bool)
@@ -139,14 +151,17 @@ def sample(
             rows, done, nxt, mask, last_pos = rows[keep], done[keep], nxt[keep], mask[keep], last_pos[keep]
         mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype)], dim=1)  # finished rows feed pads
         last_pos = last_pos + 1
-        out = model(
-            input_ids=nxt.unsqueeze(1),
-            attention_mask=mask,
-            position_ids=last_pos.unsqueeze(1),
-            past_key_values=cache,
-            use_cache=True,
-        )
-        cache, logits = out.past_key_values, out.logits[:, -1, :]
+        if fast is not None:
+            logits = fast(nxt.unsqueeze(1), mask, last_pos.unsqueeze(1), cache)[:, -1, :]
+        else:
+            out = model(
+                input_ids=nxt.unsqueeze(1),
+                attention_mask=mask,
+                position_ids=last_pos.unsqueeze(1),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache, logits = out.past_key_values, out.logits[:, -1, :]
     result = []
     for row in tokens.tolist():
         cut = row.index(eos_id) + 1 if eos_id in row else len(row)
@@ -169,12 +184,17 @@ def make_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int
 def response_logprobs(
     model: torch.nn.Module, batch: Batch, with_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per response token: log-prob under the model and the policy entropy (verl's own helpers)."""
+    """Per response token: log-prob under the model and the policy entropy (verl's own helpers). A plain
+    Qwen2/Llama model's forward (and so its backward) is `qwen2_forward`'s, bit for bit transformers'."""
     from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
-    logits = model(
-        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
-    ).logits
+    fast = compact_forward(model)
+    if fast is not None:
+        logits = fast(batch.input_ids, batch.attention_mask, batch.position_ids)
+    else:
+        logits = model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
+        ).logits
     # the logit at position t predicts token t+1: response tokens are predicted from P-1 .. P+R-2
     resp_logits = logits[:, batch.prompt_len - 1 : -1, :].float()
     logp = logprobs_from_logits(resp_logits, batch.responses)

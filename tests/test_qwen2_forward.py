@@ -1,0 +1,170 @@
+"""repro.local.qwen2_forward computes transformers' bits: the prefill, decoding with a cache, after rows are dropped,
+the update's forward and its gradients, and so the sampler's tokens, on small random Qwen2 and Llama models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from repro.local import generate
+from repro.local.generate import left_pad, make_batch, positions, response_logprobs
+from repro.local.qwen2_forward import FORCE_TRANSFORMERS_ENV, compact_forward
+
+VOCAB, PAD, EOS = 40, 0, 2
+
+
+def qwen2(heads: int = 2, kv_heads: int = 1, seed: int = 0) -> torch.nn.Module:
+    """A tiny-arith-shaped Qwen2 (biases on q/k/v, tied embeddings) with random weights."""
+    config = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        pad_token_id=PAD,
+        bos_token_id=1,
+        eos_token_id=EOS,
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config).eval()
+
+
+def llama(bias: bool) -> torch.nn.Module:
+    """SmolLM2's architecture in small (grouped-query attention, no biases), or with every bias Llama allows."""
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=48,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        rope_theta=100000.0,
+        tie_word_embeddings=True,
+        attention_bias=bias,
+        mlp_bias=bias,
+        pad_token_id=PAD,
+        bos_token_id=1,
+        eos_token_id=EOS,
+    )
+    torch.manual_seed(1)
+    model = LlamaForCausalLM(config).eval()
+    if bias:  # biases start at zero: make them count
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith(".bias"):
+                    p.normal_(0, 0.1)
+    return model
+
+
+MODELS = {
+    "qwen2": qwen2,
+    "qwen2-mha": lambda: qwen2(heads=2, kv_heads=2),  # one KV head a query head: keys reach SDPA unrepeated
+    "llama": lambda: llama(bias=False),
+    "llama-bias": lambda: llama(bias=True),
+}
+
+
+def prompts(lengths: list[int], seed: int = 1) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, VOCAB, (n,), generator=gen).tolist() for n in lengths]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_prefill_decode_and_dropped_rows_are_bitwise_transformers(name: str) -> None:
+    model = MODELS[name]()
+    fast = compact_forward(model)
+    assert fast is not None
+    ids, mask = left_pad(prompts([5, 9, 7, 9, 3]), PAD)
+    pos = positions(mask)
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        ref = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+        cache = fast.new_cache(ids.shape[0], ids.shape[1] + 8)
+        assert torch.equal(fast(ids, mask, pos, cache, last_only=True), ref.logits)
+        # every position's logits too (the update's forward, without grad)
+        assert torch.equal(fast(ids, mask, pos), model(input_ids=ids, attention_mask=mask, position_ids=pos).logits)
+        hf_cache, last = ref.past_key_values, pos[:, -1]
+        # rows 1 and 3 have the longest prompts: once only they run, no row is padded and transformers leaves
+        # the mask out (SDPA's grouped-query path), which the compact forward must follow
+        drops = {2: torch.tensor([1, 3, 4]), 4: torch.tensor([0, 1])}
+        for t in range(7):
+            if t in drops:
+                hf_cache.batch_select_indices(drops[t])
+                generate.select_cache_rows(cache, drops[t])
+                mask, last = mask[drops[t]], last[drops[t]]
+            nxt = torch.randint(3, VOCAB, (len(last), 1), generator=gen)
+            mask = torch.cat([mask, torch.ones((len(last), 1), dtype=mask.dtype)], dim=1)
+            last = last + 1
+            out = model(input_ids=nxt, attention_mask=mask, position_ids=last[:, None], past_key_values=hf_cache)
+            hf_cache = out.past_key_values
+            assert torch.equal(fast(nxt, mask, last[:, None], cache), out.logits), f"decode step {t}"
+        assert bool(mask.bool().all())  # the unmasked path was reached
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("lengths", [([5, 9, 7, 3], [3, 5, 1, 4]), ([6, 6, 6], [4, 4, 4])], ids=["padded", "full"])
+def test_update_forward_and_gradients_are_bitwise_transformers(name: str, lengths) -> None:
+    """The log-prob forward in train mode, and every parameter's gradient through a loss on all logits and on
+    the trainer's log-probs (a batch with padding, and one without: transformers' masked and causal paths)."""
+    model = MODELS[name]().train()
+    batch = make_batch(prompts(lengths[0]), prompts(lengths[1], seed=3), PAD)
+    weights = torch.randn((*batch.input_ids.shape, VOCAB), generator=torch.Generator().manual_seed(4))
+
+    def run(forward) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        model.zero_grad()
+        logits = forward()
+        logp, entropy = response_logprobs(model, batch, with_entropy=True)
+        ((logits * weights).sum() + (logp * batch.response_mask).sum() + entropy.sum()).backward()
+        return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    kwargs = dict(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(FORCE_TRANSFORMERS_ENV, "1")
+        ref_logits, ref_grads = run(lambda: model(**kwargs).logits)
+    fast = compact_forward(model)
+    logits, grads = run(lambda: fast(batch.input_ids, batch.attention_mask, batch.position_ids))
+    assert torch.equal(logits, ref_logits)
+    different = [n for n in ref_grads if not torch.equal(grads[n], ref_grads[n])]
+    assert not different
+
+
+@pytest.mark.parametrize("name", ["qwen2", "llama"])
+def test_sample_draws_the_same_tokens_on_both_paths(name: str, monkeypatch) -> None:
+    """Generator and per-row uniforms, with compaction: every token as transformers' forward gives it."""
+    model = MODELS[name]()
+    rows = prompts([5, 9, 7, 9, 3, 8] * 4)
+    kwargs = dict(max_new_tokens=16, eos_id=EOS, pad_id=PAD)
+    uniforms = torch.rand((len(rows), 16), generator=torch.Generator().manual_seed(6))
+
+    def both() -> list[list[list[int]]]:
+        return [
+            generate.sample(model, rows, generator=torch.Generator().manual_seed(5), **kwargs),
+            generate.sample(model, rows, generator=None, uniforms=uniforms, temperature=1.5, **kwargs),
+            # prompts of one length: no padding anywhere, so no mask in any forward
+            generate.sample(model, prompts([7] * 8), generator=torch.Generator().manual_seed(7), **kwargs),
+        ]
+
+    fast = both()
+    monkeypatch.setenv(FORCE_TRANSFORMERS_ENV, "1")
+    assert both() == fast
+    assert len({len(r) for r in fast[0]}) > 3  # rows ended at different steps: compaction ran
+
+
+def test_other_models_keep_transformers_path(monkeypatch) -> None:
+    model = qwen2()
+    assert compact_forward(model) is not None
+    assert compact_forward(torch.nn.Sequential(model)) is None  # a wrapper: its forward is its own
+    model.config._attn_implementation = "eager"
+    assert compact_forward(model) is None
+    model.config._attn_implementation = "sdpa"
+    handle = model.model.layers[0].register_forward_hook(lambda *_: None)
+    assert compact_forward(model) is None
+    handle.remove()
+    assert compact_forward(qwen2().to(torch.bfloat16)) is None  # only float32 is checked bitwise
+    monkeypatch.setenv(FORCE_TRANSFORMERS_ENV, "1")
+    assert compact_forward(model) is None
