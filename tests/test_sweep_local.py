@@ -66,6 +66,7 @@ def test_sweep_runs_every_cell_then_skips_them(tiny_env, tmp_path) -> None:
         records[name] = _record(root, name)
         assert records[name]["launcher"] == "local" and records[name]["exit_code"] == 0
         assert records[name]["pid"] == next(o.pid for o in report.outcomes if o.name == name)
+        assert records[name]["pid"] == _attempts(root / name)[-1]["pid"]  # the process that ran the cell
         assert records[name]["started"] <= records[name]["ended"]
         assert "--steps" in records[name]["argv"] and "repro.cli" in records[name]["argv"]
 
@@ -152,6 +153,14 @@ def test_missing_sweep_file(tmp_path) -> None:
         _cli(["sweep", "run", str(tmp_path / "nope.yaml")])
 
 
+def _alive(pid: int) -> bool:
+    """Running, or stopped: not gone and not a zombie its parent has not reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
 def _steps(run: Path) -> list[int]:
     return sorted(
         json.loads(line)["step"]
@@ -217,6 +226,7 @@ def test_a_sigterm_interrupts_the_cell_and_the_next_sweep_resumes_it_to_the_stra
     from repro.launch.attempt import THREADS_ENV
     from repro.launch.local import _cores
     from repro.launch.state import cell_state
+    from repro.launch.warm import enabled
     from repro.rundir.attempts import last_logged_step
 
     steps = 8  # six steps of slack after the moment the test waits for
@@ -249,8 +259,10 @@ def test_a_sigterm_interrupts_the_cell_and_the_next_sweep_resumes_it_to_the_stra
     os.killpg(proc.pid, signal.SIGCONT)  # and take it from there
     proc.wait(timeout=60)
     cell_pid = _attempts(run)[-1]["pid"]
-    while Path(f"/proc/{cell_pid}").exists():  # the cell records its attempt, then exits
-        assert time.monotonic() < deadline, "the cell outlived its SIGTERM"
+    worker = _record(root, NAMES[0]).get("warm_worker")  # the cell was forked from a warm worker (repro.launch.warm)
+    assert bool(worker) == enabled() and _record(root, NAMES[0])["pid"] == cell_pid
+    while _alive(cell_pid) or (worker and _alive(worker)):  # the cell records its attempt and exits; its worker too
+        assert time.monotonic() < deadline, "the cell or its warm worker outlived the SIGTERM"
         time.sleep(0.05)
     (attempt,) = _attempts(run)
     stopped_at = last_logged_step(metrics)

@@ -448,8 +448,11 @@ def ray_submit_from_request(run_dir: Path) -> int:
 # ---- local ------------------------------------------------------------------------------------------
 
 
-def run_local_eval(run_dir: Path, spec: EvalSpec, log_dir: Path, python: str, threads: int) -> tuple[int, str]:
-    """`repro eval` of one finished cell here; returns (exit code, the last line of its stderr)."""
+def run_local_eval(
+    run_dir: Path, spec: EvalSpec, log_dir: Path, python: str, threads: int, workers: Any = None
+) -> tuple[int, str]:
+    """`repro eval` of one finished cell here, forked from `workers` (repro.launch.warm.WarmWorkers) when given,
+    else started cold; returns (exit code, the last line of its stderr)."""
     import socket
     import subprocess
 
@@ -461,9 +464,14 @@ def run_local_eval(run_dir: Path, spec: EvalSpec, log_dir: Path, python: str, th
     argv = eval_argv(run_dir, spec, python)
     base = {"launcher": "local", "host": socket.gethostname(), "argv": argv, "log": str(err_path)}
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
+        if workers is not None:
+            proc = workers.popen(argv, stdout=out, stderr=err, env=env)
+        else:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
         record_eval_job(run_dir, {**base, "job_id": f"pid-{proc.pid}", "submitted": now(), "exit_code": None})
         code = proc.wait()
+        if code is None:  # its warm worker died before it ended: the records say whether it is done
+            code = 0 if eval_done(run_dir, spec)[0] else 1
     record_eval_job(
         run_dir, {**base, "job_id": f"pid-{proc.pid}", "submitted": now(), "ended": now(), "exit_code": code}
     )

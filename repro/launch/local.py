@@ -9,6 +9,10 @@ Safe to run again and safe to run twice at once:
   "running elsewhere" and not launched, so two concurrent sweeps launch every cell exactly once;
 * each launch is recorded in ``RUNS_ROOT/.launch/<cell>.json`` (launcher, pids, times, exit code) and its
   output in ``<cell>.out`` / ``<cell>.err`` beside it.
+
+Each cell's process (and each evaluation's) is forked from a warm worker that has done the imports once for the
+sweep (repro.launch.warm; REPRO_WARM_WORKERS=0 starts each cold, with `subprocess.Popen`, as the workers do when
+they cannot start): the same command, pid, logs, lock, environment and signals either way.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from repro.cell import ResolvedCell
 from repro.errors import ReproError
 from repro.launch.attempt import THREADS_ENV
 from repro.launch.plan import CpuOptions, cpu_argv
+from repro.launch.warm import WarmWorkers, enabled
 from repro.rundir import RunDir
 from repro.sweep import Sweep
 
@@ -150,7 +155,13 @@ def _last_line(path: Path) -> str:
 
 
 def _run_cell(
-    cell: ResolvedCell, sweep: Sweep, runs_root: Path, extra_args: Sequence[str], python: str, threads: int
+    cell: ResolvedCell,
+    sweep: Sweep,
+    runs_root: Path,
+    extra_args: Sequence[str],
+    python: str,
+    threads: int,
+    workers: WarmWorkers | None = None,
 ) -> CellOutcome:
     name = cell.name
     path = runs_root / name
@@ -168,7 +179,7 @@ def _run_cell(
             return CellOutcome(cell, name, "skipped", message="already finished")
         if state == "running":
             return CellOutcome(cell, name, "running elsewhere", message="its run folder is locked by a live process")
-        return _launch(cell, name, sweep, runs_root, extra_args, python, fd, threads)
+        return _launch(cell, name, sweep, runs_root, extra_args, python, fd, threads, workers)
 
 
 def _launch(
@@ -180,6 +191,7 @@ def _launch(
     python: str,
     lock_fd: int,
     threads: int,
+    workers: WarmWorkers | None = None,
 ) -> CellOutcome:
     launches = launch_dir(runs_root)
     # cells share the cores: torch threads beyond a cell's share spin against each other (8x slower seen)
@@ -204,18 +216,21 @@ def _launch(
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
             # the child inherits the launch lock, so the cell stays claimed even if this launcher dies
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(lock_fd,), env=env
-            )
+            proc = _popen(workers, argv, out, err, env, (lock_fd,))
         except OSError as exc:
             record.update(ended=_now(), exit_code=None, error=str(exc))
             write_text(record_path, json.dumps(record, indent=2) + "\n")
             return CellOutcome(cell, name, "failed", message=f"cannot start {argv[0]}: {exc}")
         record["pid"] = proc.pid
+        if getattr(proc, "worker_pid", None):
+            record["warm_worker"] = proc.worker_pid  # the process it was forked from (its parent)
         write_text(record_path, json.dumps(record, indent=2) + "\n")
         code = proc.wait()
     seconds = time.perf_counter() - started
     record.update(ended=_now(), exit_code=code, seconds=round(seconds, 3))
+    if code is None:  # its warm worker died before it ended: the run folder says how it ended
+        code = 0 if _run_state(runs_root / name) == "finished" else 1
+        record["note"] = f"exit code unknown (its warm worker ended first); the run folder says exit {code}"
     write_text(record_path, json.dumps(record, indent=2) + "\n")
     if code == 0:
         return CellOutcome(cell, name, "finished", exit_code=0, seconds=seconds, pid=proc.pid)
@@ -223,7 +238,16 @@ def _launch(
     return CellOutcome(cell, name, "failed", exit_code=code, message=message, seconds=seconds, pid=proc.pid)
 
 
-def _evaluate(outcome: CellOutcome, sweep: Sweep, root: Path, python: str, threads: int) -> None:
+def _popen(workers: WarmWorkers | None, argv: Sequence[str], out, err, env: dict[str, str], pass_fds: tuple[int, ...]):
+    """The process of one command, from a warm worker when there are any, else cold."""
+    if workers is not None:
+        return workers.popen(argv, stdout=out, stderr=err, env=env, pass_fds=pass_fds)
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=pass_fds, env=env)
+
+
+def _evaluate(
+    outcome: CellOutcome, sweep: Sweep, root: Path, python: str, threads: int, workers: WarmWorkers | None = None
+) -> None:
     """The cell's evaluation stage, when its training has finished and its records are not complete."""
     from repro.launch.eval_stage import eval_done, eval_running, run_local_eval
 
@@ -238,7 +262,7 @@ def _evaluate(outcome: CellOutcome, sweep: Sweep, root: Path, python: str, threa
         outcome.eval_outcome, outcome.eval_message = "running elsewhere", "another repro eval holds its lock"
         return
     started = time.perf_counter()
-    code, tail = run_local_eval(path, sweep.eval, launch_dir(root), python, threads)
+    code, tail = run_local_eval(path, sweep.eval, launch_dir(root), python, threads, workers)
     outcome.eval_seconds = time.perf_counter() - started
     if code == 0:
         outcome.eval_outcome = "finished"
@@ -274,22 +298,27 @@ def run_local(
     report = SweepReport(root)
     lock = threading.Lock()  # Popen from several threads is safe; this only orders the results list
     results: dict[int, CellOutcome] = {}
+    workers = WarmWorkers(launch_dir(root)) if enabled() else None  # started on first use, closed at the end
 
     def work(index: int, cell: ResolvedCell) -> None:
         if train:
-            outcome = _run_cell(cell, sweep, root, tuple(extra_args), python, threads)
+            outcome = _run_cell(cell, sweep, root, tuple(extra_args), python, threads, workers)
         else:
             name = cell.name
             state = _run_state(root / name)
             outcome = CellOutcome(cell, name, "skipped", message=f"training {state or 'not started'}")
         if sweep.eval is not None:
-            _evaluate(outcome, sweep, root, python, threads)
+            _evaluate(outcome, sweep, root, python, threads, workers)
         with lock:
             results[index] = outcome
 
-    with ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="repro-sweep") as pool:
-        futures = [pool.submit(work, i, cell) for i, cell in enumerate(cells)]
-        for future in futures:
-            future.result()
+    try:
+        with ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="repro-sweep") as pool:
+            futures = [pool.submit(work, i, cell) for i, cell in enumerate(cells)]
+            for future in futures:
+                future.result()
+    finally:
+        if workers is not None:
+            workers.close()
     report.outcomes = [results[i] for i in range(len(cells))]
     return report
