@@ -14,6 +14,7 @@ from repro.atomic import write_text
 from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
 from repro.simulate import pass_rates as pr
+from repro.simulate.parallel import run_methods, usable_cpus
 from repro.simulate.sampling import simulate_method
 from repro.simulate.signal_loss import signal_loss
 
@@ -39,6 +40,15 @@ FileOpt = Annotated[
     ),
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for prompts, rewards and every sampler decision.")]
+JobsOpt = Annotated[
+    int,
+    typer.Option(
+        "--jobs",
+        min=0,
+        help="Methods simulated at once, each in its own process; 0: one per usable CPU, or 1 for a small run. "
+        "The numbers do not depend on it.",
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Also write the JSON document to this file (atomically).")]
 
@@ -57,19 +67,32 @@ def _rates(
     return pr.from_pass_at_k(pass_at_1, pass_at_k, k)
 
 
-def _each_method(methods: str, seed: int, steps: int, simulate) -> list:
-    """`simulate(name, spec, on_step)` for every named method (or 'all'), under one progress bar."""
+_PARALLEL_FROM = 4096  # steps x batch below which worker processes cost more than they save
+
+
+def _each_method(methods: str, seed: int, steps: int, task, kwargs: dict, jobs: int, share_streams: bool) -> list:
+    """`task(name, spec, **kwargs)` for every named method (or 'all'), `jobs` at a time (0: one per CPU when the
+    run is big enough to repay starting processes), under one progress bar of `steps` per method."""
     names = (
         list(catalog.methods()) if methods.strip() == "all" else [m.strip() for m in methods.split(",") if m.strip()]
     )
-    specs = {name: catalog.get_method(name).sampler_spec(seed=seed) for name in names}
-    results = []
+    specs = list({name: catalog.get_method(name).sampler_spec(seed=seed) for name in names}.items())
+    if jobs == 0:
+        big = steps * kwargs.get("batch", 1) >= _PARALLEL_FROM
+        jobs = usable_cpus() if big else 1
     with progress_bar(stderr_console()) as progress:
-        task = progress.add_task("simulating", total=steps * len(specs))
-        for name, spec in specs.items():
-            progress.update(task, description=f"simulating {name}")
-            results.append(simulate(name, spec, lambda: progress.advance(task)))
-    return results
+        task_id = progress.add_task("simulating", total=steps * len(specs))
+        if jobs <= 1 or len(specs) <= 1:
+            return run_methods(
+                task, specs, kwargs, jobs=1, share_streams=share_streams,
+                on_step=lambda: progress.advance(task_id),
+                on_start=lambda name: progress.update(task_id, description=f"simulating {name}"),
+            )  # fmt: skip
+        progress.update(task_id, description=f"simulating {len(specs)} methods, {min(jobs, len(specs))} at a time")
+        return run_methods(
+            task, specs, kwargs, jobs=jobs, share_streams=share_streams,
+            on_done=lambda name: progress.advance(task_id, steps),
+        )  # fmt: skip
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -109,6 +132,7 @@ def sampling(
         typer.Option("--dataset-size", min=1, help="Prompts in the simulated training set (Beta sources)."),
     ] = 16384,
     seed: SeedOpt = 0,
+    jobs: JobsOpt = 0,
     as_json: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
@@ -131,14 +155,8 @@ def sampling(
 
     rates = _rates(pass_at_1, pass_at_k, k, alpha, beta, pass_rates)
     dataset = rates.dataset(dataset_size, np.random.default_rng(seed))
-    results = _each_method(
-        methods,
-        seed,
-        steps,
-        lambda name, spec, on_step: simulate_method(
-            name, spec, dataset, steps=steps, batch=batch, seed=seed, on_step=on_step
-        ),
-    )
+    kwargs = {"pass_rates": dataset, "steps": steps, "batch": batch, "seed": seed}
+    results = _each_method(methods, seed, steps, simulate_method, kwargs, jobs, share_streams=False)
     settings = {"steps": steps, "batch": batch, "dataset_size": int(dataset.size), "seed": seed}
     doc = {"pass_rates": rates.to_dict(), "settings": settings, "methods": [r.to_dict() for r in results]}
     if _emit(doc, as_json, out):
@@ -279,6 +297,7 @@ def cost(
         ),
     ] = 2,
     seed: SeedOpt = 0,
+    jobs: JobsOpt = 0,
     as_json: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
@@ -325,15 +344,12 @@ def cost(
     lengths = LengthModel(len_correct, len_incorrect, len_sigma, max_tokens)
     train = TrainModel(train_per_token, train_fixed)
     dataset = rates.dataset(dataset_size, np.random.default_rng(seed))
-    results = _each_method(
-        methods,
-        seed,
-        steps + int(overlap),  # the overlapped schedule advances the bar once
-        lambda name, spec, on_step: simulate_cost(
-            name, spec, dataset, server=server, lengths=lengths, train=train, steps=steps, batch=batch,
-            seed=seed, on_step=on_step, overlap=overlap, ahead=ahead,
-        ),
-    )  # fmt: skip
+    kwargs = {
+        "pass_rates": dataset, "server": server, "lengths": lengths, "train": train, "steps": steps, "batch": batch,
+        "seed": seed, "overlap": overlap, "ahead": ahead,
+    }  # fmt: skip
+    # the overlapped schedule advances the bar once
+    results = _each_method(methods, seed, steps + int(overlap), simulate_cost, kwargs, jobs, share_streams=True)
     add_ratios(results)
     settings = {
         "steps": steps,

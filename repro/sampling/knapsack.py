@@ -22,6 +22,7 @@ Where it is not defined (it fails its own budget assertion, EU:183), this module
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from repro.atomic import write_text
+from repro.sampling.knapsack_dp import exact_fill
 from repro.sampling.settings import KnapsackSettings
 
 
@@ -98,50 +100,46 @@ def allocate(states: np.ndarray, settings: KnapsackSettings) -> Allocation:
 def gains(p: np.float32, min_n: int, extra: int) -> np.ndarray:
     """[extra + 1] the knapsack's value of giving an effective prompt k = 0..extra more rollouts: the chance
     that N = min_n + k draws hold both outcomes, times p (1-p)^2; k = 0 scores 0 (EU:225-228, EU:240-243)."""
-    q = float(p)
+    return _gains(float(p), min_n, extra).copy()
+
+
+@functools.lru_cache(maxsize=4096)
+def _gains(q: float, min_n: int, extra: int) -> np.ndarray:
+    """Cached: estimates take few values (fractions of a window), and each row costs `extra` float powers,
+    Python's own (numpy's vector power may differ in the last bit, and the allocation with it)."""
     out = np.zeros(extra + 1)
     for k in range(1, extra + 1):
         n = k + min_n
         out[k] = (1 - q**n - (1 - q) ** n) * q * ((1 - q) ** 2)
+    out.flags.writeable = False
     return out
 
 
 def knapsack(rates: np.ndarray, effective: Sequence[int], min_n: int, extra: int, budget: int) -> np.ndarray:
     """Extra rollouts per prompt: the exact-fill dynamic programme of EU:257-414, ties as it breaks them
     (the first option met, k = 0 first, wins; the backtrack runs from the last item), the budget it cannot
-    place (more than `extra` each) spread evenly over the effective prompts in order."""
+    place (more than `extra` each) spread evenly over the effective prompts in order. The programme runs in
+    `knapsack_dp.exact_fill`, which skips the cells that cannot change its answer."""
     out = np.zeros(len(rates), dtype=np.int64)
     if budget <= 0:
         return out
     if not effective:
         _spread(out, range(len(rates)), budget)
         return out
-    items = len(effective)
-    dp = np.full(budget + 1, -np.inf)
-    dp[0] = 0.0
-    choice = np.zeros((items + 1, budget + 1), dtype=np.int64)
-    for i, idx in enumerate(effective, start=1):
-        gain = gains(rates[idx], min_n, extra)
-        best = dp.copy()  # k = 0: the previous row as it is
-        pick = np.zeros(budget + 1, dtype=np.int64)
-        for k in range(1, min(extra, budget) + 1):
-            value = np.full(budget + 1, -np.inf)
-            value[k:] = dp[:-k] + gain[k]
-            better = value > best
-            best[better] = value[better]
-            pick[better] = k
-        dp = best
-        choice[i] = pick
-    reached = int(np.flatnonzero(np.isfinite(dp)).max())  # the largest fillable budget (EU:384-386)
-    w = reached
-    for i in range(items, 0, -1):
-        k = int(choice[i, w])
-        if k > 0:
-            out[effective[i - 1]] += k
-            w -= k
+    top = min(extra, budget)
+    gain = np.stack([_gains(float(rates[idx]), min_n, extra)[: top + 1] for idx in effective])
+    counts, reached = exact_fill(gain, budget)
+    for idx, k in zip(effective, counts, strict=True):
+        out[idx] += k
     if budget - reached > 0:
         _spread(out, effective, budget - reached)
     return out
+
+
+def _share(outcomes: list[int]) -> float:
+    """np.mean of 0/1 outcomes without its per-call cost: numpy sums them exactly in float64 and divides once,
+    as the exact integer sum over the count does (both correctly rounded; counts far below 2**53)."""
+    return sum(outcomes) / len(outcomes) if outcomes else math.nan  # np.mean([]) is nan too
 
 
 @dataclass
@@ -174,14 +172,14 @@ class PassRateBuffer:
         history.append(step)
         window = self.settings.reward_buffer_length
         if len(step) >= window:
-            self.estimate[prompt] = float(np.mean(step))
+            self.estimate[prompt] = _share(step)
             return
         newest: list[int] = []
         for earlier in reversed(history):  # newest step first, each step's outcomes newest first
             newest.extend(reversed(earlier))
             if len(newest) >= window:
                 break
-        self.estimate[prompt] = float(np.mean(newest[:window]))
+        self.estimate[prompt] = _share(newest[:window])
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Atomic JSON write, as the Est estimator's: a crash mid-save leaves the previous state."""

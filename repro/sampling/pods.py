@@ -42,6 +42,29 @@ def max_variance_subset(rewards: np.ndarray, m: int) -> np.ndarray:
     return kept
 
 
+def max_variance_subsets(rewards: np.ndarray, m: int) -> np.ndarray:
+    """`max_variance_subset` of every row of `rewards` ([prompts, responses]) at once: [prompts, m] indices.
+
+    The same numbers: each candidate's variance is numpy's over a contiguous last axis, which sums a row as it
+    sums a 1-d array (tests/test_pods_batch.py holds it to the row-by-row rule), and the first candidate met
+    with the largest float32 variance is the first argmax. A row whose variances hold a NaN goes row by row
+    (a NaN never wins the rule's `>`, but wins argmax)."""
+    rewards = np.asarray(rewards, dtype=float)
+    prompts, size = rewards.shape
+    if not 1 <= m <= size:
+        raise ValueError(f"cannot keep m={m} of {size} responses")
+    order = np.argsort(-rewards, axis=1, kind="stable")
+    # candidate 0: the top m; candidate 1 + i: the top i, then the bottom m - i
+    columns = np.array([list(range(m))] + [list(range(top)) + list(range(size - m + top, size)) for top in range(m)])
+    candidates = order[:, columns]  # [prompts, m + 1, m]
+    values = np.take_along_axis(rewards, candidates.reshape(prompts, -1), axis=1).reshape(candidates.shape)
+    variances = np.var(values.astype(np.float32).astype(np.float64), axis=2, ddof=1).astype(np.float32)
+    out = candidates[np.arange(prompts), variances.argmax(axis=1)]
+    for row in np.flatnonzero(np.isnan(variances).any(axis=1)):
+        out[row] = max_variance_subset(rewards[row], m)
+    return out
+
+
 def _variance(rewards: np.ndarray) -> np.float32:
     """The unbiased variance as the authors' torch computes it on float32 rewards (accumulated in double,
     rounded to float32): candidates whose variances differ only below float32's precision tie, and the

@@ -279,17 +279,26 @@ class PodsPolicy(Policy):
     def select(self, s: StepView, valid: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         kept = np.zeros_like(valid)
         included = ~s.failed & (s.count >= self.settings.n)
-        for slot in np.flatnonzero(included):
-            kept[slot, pods.max_variance_subset(s.rewards[slot, : s.count[slot]], self.settings.n)] = True
+        slots = np.flatnonzero(included)
+        for size in np.unique(s.count[slots]):  # every prompt at once per pool size (`generate` for all, as a rule)
+            same = slots[s.count[slots] == size]
+            chosen = pods.max_variance_subsets(s.rewards[same, :size], self.settings.n)
+            kept[same[:, None], chosen] = True
         return kept, included
 
     def advantage(
         self, s: StepView, slot: np.ndarray, reward: np.ndarray, pool_mean: np.ndarray, pool_std: np.ndarray
     ) -> Scored:
         baseline, scale = np.zeros(s.num_slots), np.ones(s.num_slots)
-        for k in np.unique(slot):
-            kept = reward[slot == k]
-            baseline[k], scale[k] = kept.mean(), 1.0 / (kept.std(ddof=1) + self.settings.epsilon)
+        groups, sizes = np.unique(slot, return_counts=True)
+        if sizes.size and (sizes == sizes[0]).all():  # `slot` is sorted: one row per prompt, numpy's 1-d bits
+            kept = reward.reshape(groups.size, sizes[0])
+            baseline[groups] = kept.mean(axis=1)
+            scale[groups] = 1.0 / (kept.std(axis=1, ddof=1) + self.settings.epsilon)
+        else:
+            for k in groups:
+                kept = reward[slot == k]
+                baseline[k], scale[k] = kept.mean(), 1.0 / (kept.std(ddof=1) + self.settings.epsilon)
         return Scored((reward - baseline[slot]) * scale[slot], pool_mean, baseline, scale)
 
 
@@ -334,10 +343,12 @@ class KnapsackPolicy(Policy):
     def learn(self, s: StepView) -> None:
         if not isinstance(s.estimator, knapsack.PassRateBuffer):
             return
-        threshold = self.settings.positive_threshold
-        for slot, prompt in enumerate(s.prompt_ids):
-            if not s.failed[slot]:
-                s.estimator.update(str(prompt), (s.rewards[slot, : s.count[slot]] > threshold).tolist())
+        count = s.count.tolist()
+        width = max(count, default=0)
+        solved = (s.rewards[:, :width] > self.settings.positive_threshold).tolist()  # one conversion, not one a slot
+        for slot, (prompt, failed) in enumerate(zip(s.prompt_ids, s.failed.tolist(), strict=True)):
+            if not failed:
+                s.estimator.update(str(prompt), solved[slot][: count[slot]])
 
 
 class GresoPolicy(Policy):
@@ -371,7 +382,7 @@ class GresoPolicy(Policy):
         return np.where(np.array(log, dtype=np.int64) == greso.KEPT, self.settings.n, 0)
 
     def _kept_in_round(self) -> int:
-        return sum(1 for entry in self.log[self.round_start :] if entry == greso.KEPT)
+        return self.log[self.round_start :].count(greso.KEPT)
 
     def _next_round(self, s: StepView) -> tuple[int, bool] | None:
         """The next round's (size, last), or None when the step is done: enough mixed groups, the last round
@@ -427,15 +438,34 @@ class GresoPolicy(Policy):
     def learn(self, s: StepView) -> None:
         """Every rolled-out group's mean joins its prompt's history; then the factors move by the step's
         shares of all-solved and all-format-only groups, from the second epoch on (the module's reading)."""
-        rolled = [slot for slot, entry in enumerate(self.log) if entry == greso.KEPT and not s.failed[slot]]
-        groups = [s.rewards[slot, : s.count[slot]].tolist() for slot in rolled]
-        keys = [str(s.prompt_ids[slot]) for slot in rolled]
+        failed, ids, count = s.failed.tolist(), s.prompt_ids, s.count  # the properties copy: read them once
+        rolled = [slot for slot, entry in enumerate(self.log) if entry == greso.KEPT and not failed[slot]]
+        groups = [s.rewards[slot, : count[slot]].tolist() for slot in rolled]
+        keys = [str(ids[slot]) for slot in rolled]
         seen_before = any(self.memory.history(key) for key in keys)
-        for key, group in zip(keys, groups, strict=True):
-            self.memory.histories.setdefault(key, []).append(float(np.mean(group)))
+        for key, mean in zip(keys, _row_means(s.rewards, count, rolled), strict=True):
+            self.memory.histories.setdefault(key, []).append(mean)
         if seen_before and groups:
             easy, hard = greso.group_shares(groups)
             self.memory.p_easy, self.memory.p_hard = greso.update_factors(*self.factors, easy, hard, self.settings)
+
+
+def _row_means(rewards: np.ndarray, count: np.ndarray, slots: Sequence[int]) -> list[float]:
+    """float(np.mean(rewards[slot, :count[slot]])) for each slot, computed per pool size as one [slots, size]
+    array: numpy averages along a contiguous last axis as it averages a 1-d array (same sums, same bits;
+    tests/test_pods_batch.py holds it)."""
+    out = [0.0] * len(slots)
+    rows = np.asarray(slots, dtype=np.int64)
+    sizes = count[rows] if rows.size else np.zeros(0, dtype=np.int64)
+    for size in np.unique(sizes):
+        where = np.flatnonzero(sizes == size)
+        if size == 0:  # np.mean of nothing: nan, with numpy's warning
+            means = [float(np.mean(rewards[rows[j], :0])) for j in where]
+        else:
+            means = rewards[rows[where], :size].mean(axis=1).tolist()
+        for j, mean in zip(where.tolist(), means, strict=True):
+            out[j] = mean
+    return out
 
 
 POLICIES: dict[str, type[Policy]] = {

@@ -85,7 +85,8 @@ class StepSampler:
         k = len(ids)
         start = len(self._ids)
         self._ids.extend(ids)
-        self.rewards = np.concatenate([self.rewards, np.zeros((k, self._cap))])
+        fresh = np.zeros((k, self._cap))  # [prompts, cap] can be large (Knapsack, Est: n x prompts): no copy
+        self.rewards = np.concatenate([self.rewards, fresh]) if len(self.rewards) else fresh
         zeros = np.zeros(k, dtype=np.int64)
         self.count = np.concatenate([self.count, zeros])
         self.npos = np.concatenate([self.npos, zeros])
@@ -219,14 +220,21 @@ class StepSampler:
         self._finalized = True
         spec = self.spec
         slots_n = self.num_slots
-        valid = np.arange(self._cap)[None, :] < self.count[:, None]
-        positive = valid & (self.rewards > spec.positive_threshold)
+        # no cell at or past the largest pool is valid: the work below stops there (same cells, same order), as
+        # the pool cap can be far above it (Knapsack's and Est's n x prompts)
+        width = int(self.count.max(initial=0))
+        valid = np.zeros((slots_n, self._cap), dtype=bool)
+        valid[:, :width] = np.arange(width)[None, :] < self.count[:, None]
+        positive = np.zeros_like(valid)
+        positive[:, :width] = valid[:, :width] & (self.rewards[:, :width] > spec.positive_threshold)
         kept, included = self.policy.select(self, valid, positive)
         included = included & ~self._failed
         kept = kept & included[:, None]
-        slot, index = np.nonzero(kept)
+        slot, index = np.nonzero(kept if kept[:, width:].any() else kept[:, :width])
         reward = self.rewards[slot, index]
-        _, pool_mean, pool_std = group_stats(np.nonzero(valid)[0], self.rewards[valid], slots_n)
+        drawn = np.minimum(self.count, self._cap)
+        pool_slot = np.repeat(np.arange(slots_n), drawn)  # np.nonzero(valid)[0]
+        _, pool_mean, pool_std = group_stats(pool_slot, self.rewards[:, :width][valid[:, :width]], slots_n)
         scored = self.policy.advantage(self, slot, reward, pool_mean, pool_std)
         advantage, pool_mean = scored.advantage, scored.pool_mean
         result = StepResult(
@@ -247,13 +255,34 @@ class StepSampler:
             baseline=scored.baseline,
             scale=scored.scale,
         )
-        first = np.arange(self._cap)[None, :] < np.minimum(self._first_request, self.count)[:, None]
+        firsts = np.minimum(self._first_request, self.count)  # each prompt's first-request responses drawn
+        span = pairwise_span(self._cap, int(firsts.max(initial=0)))
+        first = np.arange(span)[None, :] < firsts[:, None]
+        first_total = np.where(first, self.rewards[:, :span], 0.0).sum(axis=1)  # the whole row's sum, bit for bit
         result.metrics = step_metrics(
             result,
             first_request=self._first_request,
-            first_draw_reward=np.where(first, self.rewards, 0.0).sum(axis=1) / np.maximum(first.sum(axis=1), 1),
+            first_draw_reward=first_total / np.maximum(np.clip(firsts, 0, self._cap), 1),
             initial_prompts=self.target,
         )
         result.metrics.update(self.policy.metrics(self, result))
         self.policy.learn(self)
         return result
+
+
+def pairwise_span(length: int, width: int) -> int:
+    """How many leading columns of a [rows, length] float array numpy's row sums need when only the first
+    `width` can be nonzero: the same bits as summing whole rows.
+
+    numpy sums a row pairwise: a row longer than 128 is split at half its length (rounded down to a multiple
+    of 8) and the halves are summed the same way, then added. A right half of zeros sums to +0.0, and adding
+    +0.0 changes nothing (a -0.0 turns +0.0, but the reduction starts from +0.0, which does the same), so
+    the row's sum is its leading half's for as long as that half holds every column below `width`.
+    tests/test_step_sums.py holds this against whole-row sums."""
+    while length > 128:
+        half = length // 2
+        half -= half % 8
+        if half < width:
+            break
+        length = half
+    return length

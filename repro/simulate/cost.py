@@ -22,7 +22,7 @@ import numpy as np
 from repro.sampling import StepSampler, estimator_for
 from repro.sampling.spec import SamplerSpec
 from repro.simulate.engine import BatchingEngine, ServerModel
-from repro.simulate.workload import LengthModel, TrainModel, _Draws, _prompt_order
+from repro.simulate.workload import LengthModel, Streams, TrainModel, _Draws, _prompt_order
 
 __all__ = [
     "LengthModel",
@@ -75,14 +75,15 @@ def run_step(
     left: dict[int, int] = {}
     chain: dict[int, float] = {}  # slot -> tokens of its longest response per batch, summed
 
+    slot_prompts = sampler.prompt_ids  # the property copies them: read again only when DAPO's refills add some
+
     def submit(slot: int, count: int) -> None:
-        rewards, lengths = draws.next(sampler.prompt_ids[slot], count)
+        rewards, lengths = draws.next(slot_prompts[slot], count)
         chain[slot] = chain.get(slot, 0.0) + float(lengths.max())
-        ids = []
-        for reward, length in zip(rewards, lengths, strict=True):
-            ids.append(len(owner))
-            owner.append((slot, float(reward), int(length)))
-            engine.submit(ids[-1], int(length))
+        ids = list(range(len(owner), len(owner) + count))
+        lengths_list = lengths.tolist()
+        owner.extend((slot, reward, length) for reward, length in zip(rewards.tolist(), lengths_list, strict=True))
+        engine.submit_many(ids, lengths_list)
         waiting[slot], left[slot] = ids, count
 
     def batch_of(slot: int) -> list[tuple[float, int]]:
@@ -107,6 +108,7 @@ def run_step(
                 if draw_prompts is None:
                     raise ValueError("this method refills prompts (DAPO): pass draw_prompts")
                 sampler.add_prompts(list(draw_prompts(wanted)))
+                slot_prompts = sampler.prompt_ids
                 pools += [[] for _ in range(sampler.num_slots - len(pools))]
             slots, counts = sampler.plan()
             if slots.size == 0:
@@ -115,8 +117,7 @@ def run_step(
                 break
             for slot, count in zip(slots, counts, strict=True):
                 submit(int(slot), int(count))
-            while not engine.idle:  # the barrier: the round ends with its slowest response
-                engine.step()
+            engine.drain()  # the barrier: the round ends with its slowest response
             rewards = np.zeros((slots.size, int(counts.max())))
             for row, slot in enumerate(slots):
                 batch = batch_of(int(slot))
@@ -205,17 +206,19 @@ def simulate_cost(
     on_step: Callable[[], None] | None = None,
     overlap: bool = False,
     ahead: int = 1,
+    streams: Streams | None = None,
 ) -> MethodCost:
     """Mean per-step cost of one method over `steps` steps; prompt order and response streams depend on
     the seed only, so every method meets the same prompts with the same responses. With `overlap`, also the
-    overlapped schedule (`repro.simulate.overlap`, `ahead` steps in flight beyond the one in training)."""
+    overlapped schedule (`repro.simulate.overlap`, `ahead` steps in flight beyond the one in training).
+    `streams`: a dict that the methods of one run share, so that each response stream is drawn once."""
     started = time.perf_counter()
     draw_prompts = _prompt_order(pass_rates.size, seed)
 
     estimator = estimator_for(spec)
     costs = []
     for step in range(steps):
-        draws = _Draws(pass_rates, lengths, seed, step)
+        draws = _Draws(pass_rates, lengths, seed, step, streams)
         costs.append(
             run_step(
                 spec,
@@ -242,7 +245,7 @@ def simulate_cost(
         over = simulate_overlap(
             spec, pass_rates, server=server, lengths=lengths, train=train, steps=steps, batch=batch, seed=seed,
             draw_prompts=_prompt_order(pass_rates.size, seed), ahead=ahead,
-            estimator=estimator_for(spec),
+            estimator=estimator_for(spec), streams=streams,
         )  # fmt: skip
         async_fields = {
             "async_step_s": over.step_s,

@@ -15,7 +15,9 @@ advances by the wall-clock time that really passed, so both run the same model.
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -49,15 +51,31 @@ class ServerModel:
 
 
 class BatchingEngine:
+    """Each server's running requests sit in a row of one [replicas, capacity] array of tokens left (NaN where a
+    slot is free), so that an event moves every request with one array subtraction; a server's shortest and
+    longest request and its stall are plain floats beside it. Both extremes follow from one subtraction
+    each, because subtracting the same number keeps a row in order (rounding is monotone), and are read
+    from the row again only when a request joins or leaves it. Every float operation is the one a
+    server-by-server loop over per-server arrays does, in the same order where order counts (the running
+    totals add server by server; finished requests are reported and summed in slot order), so event times
+    and totals are the same to the last bit (tests/test_engine_exact.py replays that loop)."""
+
     def __init__(self, model: ServerModel) -> None:
         if model.replicas < 1 or model.capacity < 1:
             raise ValueError("replicas and capacity must be at least 1")
         self.model = model
         self.now = 0.0
         self._queue: deque[tuple[int, float]] = deque()
-        self._ids: list[list[int]] = [[] for _ in range(model.replicas)]
-        self._left: list[np.ndarray] = [np.zeros(0) for _ in range(model.replicas)]
-        self._stall = np.zeros(model.replicas)  # prefill seconds still to serve before decoding resumes
+        replicas = model.replicas
+        self._left = np.full((replicas, model.capacity), np.nan)  # row r: server r's requests, arrival order
+        self._ids = np.zeros((replicas, model.capacity), dtype=np.int64)  # their request ids, as `_left`
+        self._count = [0] * replicas  # running requests per server
+        self._shortest = [0.0] * replicas  # tokens left of each server's shortest request (when it has one)
+        self._longest = [0.0] * replicas
+        self._stall = [0.0] * replicas  # prefill seconds still to serve before decoding resumes
+        # one decode iteration with r running, as `ServerModel.iteration` computes it
+        self._iteration = [model.iteration(r) for r in range(model.capacity + 1)]
+        self._prefill = model.prefill_per_token * model.prompt_tokens
         self.tokens = 0.0  # tokens generated so far
         self.busy = 0.0  # server-seconds with at least one sequence or a prefill
         self.queued_until = 0.0  # the last time a request was still waiting for a slot
@@ -65,10 +83,10 @@ class BatchingEngine:
 
     @property
     def idle(self) -> bool:
-        return not self._queue and all(ids == [] for ids in self._ids)
+        return not self._queue and not any(self._count)
 
     def running(self) -> int:
-        return sum(len(ids) for ids in self._ids)
+        return sum(self._count)
 
     def submit(self, request_id: int, tokens: int) -> None:
         if tokens < 1:
@@ -76,25 +94,42 @@ class BatchingEngine:
         self._queue.append((request_id, float(tokens)))
         self._admit()
 
+    def submit_many(self, request_ids: Sequence[int], tokens: Sequence[int]) -> None:
+        """`submit` each in order: the same admissions, as no time passes between them."""
+        for request_id, length in zip(request_ids, tokens, strict=True):
+            if length < 1:
+                raise ValueError(f"request {request_id}: a response has at least one token, got {length}")
+        self._queue.extend((request_id, float(length)) for request_id, length in zip(request_ids, tokens, strict=True))
+        self._admit()
+
     def _admit(self) -> None:
-        model = self.model
+        capacity, count = self.model.capacity, self._count
         while self._queue:
-            loads = [len(ids) for ids in self._ids]
-            replica = int(np.argmin(loads))
-            if loads[replica] >= model.capacity:
+            replica = count.index(min(count))  # the least loaded, the first of equals (argmin)
+            n = count[replica]
+            if n >= capacity:
                 return
             request_id, tokens = self._queue.popleft()
-            self._ids[replica].append(request_id)
-            self._left[replica] = np.append(self._left[replica], tokens)
-            self._stall[replica] += model.prefill_per_token * model.prompt_tokens
+            self._ids[replica, n] = request_id
+            self._left[replica, n] = tokens
+            if n:
+                self._shortest[replica] = min(self._shortest[replica], tokens)
+                self._longest[replica] = max(self._longest[replica], tokens)
+            else:
+                self._shortest[replica] = self._longest[replica] = tokens
+            count[replica] = n + 1
+            self._stall[replica] += self._prefill
 
     def time_to_next(self) -> float:
         """Seconds until the next request finishes if nothing arrives; inf when nothing is running."""
-        best = np.inf
-        for replica, left in enumerate(self._left):
-            if left.size:
-                best = min(best, self._stall[replica] + left.min() * self.model.iteration(left.size))
-        return float(best)
+        best = math.inf
+        iteration, stall, shortest = self._iteration, self._stall, self._shortest
+        for replica, n in enumerate(self._count):
+            if n:
+                when = stall[replica] + shortest[replica] * iteration[n]
+                if when < best:
+                    best = when
+        return best
 
     def advance(self, dt: float) -> list[tuple[int, float]]:
         """Move every server forward by `dt` seconds; (request id, finish time) of every finished request."""
@@ -103,32 +138,72 @@ class BatchingEngine:
         done: list[tuple[int, float]] = []
         if self._queue:
             self.queued_until = self.now + dt
-        if self.running() == self.model.replicas * self.model.capacity:
+        count, stalls, shortest, longest = self._count, self._stall, self._shortest, self._longest
+        iteration = self._iteration
+        if sum(count) == self.model.replicas * self.model.capacity:
             self.full += dt
-        for replica, left in enumerate(self._left):
-            if not left.size and self._stall[replica] <= 0:
+        steps = [0.0] * len(count)
+        finishing: list[tuple[int, int, np.ndarray]] = []
+        busy, tokens, when = self.busy, self.tokens, self.now + dt
+        for replica, n in enumerate(count):  # server by server: the running totals add in this order
+            stall = stalls[replica]
+            if stall > 0:  # (a server without stall takes min(0, dt) = 0 off it, and dt - 0 is dt)
+                stall = stall if stall < dt else dt
+                stalls[replica] -= stall
+                if not n:
+                    busy += stall
+                    continue
+                step = (dt - stall) / iteration[n]
+            elif n:
+                step = dt / iteration[n]
+            else:
                 continue
-            stall = min(self._stall[replica], dt)
-            self._stall[replica] -= stall
-            self.busy += dt if left.size else stall
-            if not left.size:
-                continue
-            step = self.model.iteration(left.size)
-            progress = min((dt - stall) / step, float(left.max()))
-            self.tokens += progress * left.size
-            left = left - progress
-            finished = left <= _EPS
-            if finished.any():
-                ids = self._ids[replica]
-                done += [(ids[i], self.now + dt) for i in np.flatnonzero(finished)]
-                self.tokens += float(left[finished].sum())  # the rounding remainder belongs to them
-                self._ids[replica] = [r for r, f in zip(ids, finished, strict=True) if not f]
-                left = left[~finished]
-            self._left[replica] = left
+            busy += dt
+            if longest[replica] < step:
+                step = longest[replica]
+            steps[replica] = step
+            tokens += step * n
+            shortest[replica] -= step
+            longest[replica] -= step
+            if shortest[replica] <= _EPS:  # its finished requests' remainders, added right after its tokens
+                row = self._left[replica, :n] - step  # what the subtraction below leaves in the row
+                ended = np.flatnonzero(row <= _EPS)
+                done += [(request_id, when) for request_id in self._ids[replica, ended].tolist()]
+                tokens += float(row[ended].sum())  # the rounding remainder belongs to them (slot order)
+                finishing.append((replica, n, ended))
+        self.busy, self.tokens = busy, tokens
+        if any(count):
+            self._left -= np.array(steps)[:, None]  # a free slot's NaN stays NaN
+        for replica, n, ended in finishing:
+            self._drop(replica, n, ended)
         self.now += dt
         if done:
             self._admit()
         return done
+
+    def _drop(self, replica: int, n: int, ended: np.ndarray) -> None:
+        """Drop a server's finished requests (slots `ended`, ascending); the rest keep their order. The
+        longest stays: it had tokens left, or every request finished."""
+        left, ids = self._left[replica], self._ids[replica]
+        if ended.size == 1:  # as a rule: shift the slots behind it one down
+            slot = int(ended[0])
+            left[slot : n - 1] = left[slot + 1 : n]
+            ids[slot : n - 1] = ids[slot + 1 : n]
+        else:
+            stay = np.ones(n, dtype=bool)
+            stay[ended] = False
+            k = n - ended.size
+            left[:k], ids[:k] = left[:n][stay], ids[:n][stay]
+        k = n - ended.size
+        left[k:n] = np.nan
+        self._count[replica] = k
+        if k:
+            self._shortest[replica] = float(left[:k].min())
+
+    def drain(self) -> None:
+        """Step until nothing is left (a synchronous round's barrier)."""
+        while self._queue or any(self._count):
+            self.advance(self.time_to_next())
 
     def step(self) -> list[tuple[int, float]]:
         """Jump to the next finish (the discrete simulator's move)."""

@@ -39,7 +39,7 @@ import numpy as np
 from repro.sampling import StepSampler
 from repro.sampling.spec import SamplerSpec
 from repro.simulate.engine import BatchingEngine, ServerModel
-from repro.simulate.workload import LengthModel, TrainModel, _Draws
+from repro.simulate.workload import LengthModel, Streams, TrainModel, _Draws
 
 STEADY_MIN_STEPS = 16  # gaps between update ends the steady-state step time averages over, at least
 
@@ -75,6 +75,7 @@ def simulate_overlap(
     draw_prompts: Callable[[int], Sequence[int]],
     ahead: int = 1,
     estimator=None,
+    streams: Streams | None = None,
 ) -> OverlapCost:
     """`steps + 1` steps with `ahead` steps admitted beyond the one in training (verl's `num_warmup_batches`,
     1 by default).
@@ -96,18 +97,18 @@ def simulate_overlap(
     left: dict[tuple[int, int], int] = {}
     waiting: dict[tuple[int, int], list[int]] = {}
     tokens: dict[int, float] = {}
+    prompt_ids: dict[int, list] = {}  # step -> its sampler's prompt ids (the property copies them)
     trained = 0
     ends: list[float] = []
     train_times: list[float] = []
     staleness: list[int] = []
 
     def submit(step: int, slot: int, count: int) -> None:
-        rewards, lens = draws[step].next(samplers[step].prompt_ids[slot], count)
-        ids = []
-        for reward, length in zip(rewards, lens, strict=True):
-            ids.append(len(owner))
-            owner.append((step, slot, float(reward), int(length)))
-            engine.submit(ids[-1], int(length))
+        rewards, lens = draws[step].next(prompt_ids[step][slot], count)
+        ids = list(range(len(owner), len(owner) + count))
+        lens_list = lens.tolist()
+        owner.extend((step, slot, reward, length) for reward, length in zip(rewards.tolist(), lens_list, strict=True))
+        engine.submit_many(ids, lens_list)
         waiting[(step, slot)], left[(step, slot)] = ids, count
         if first_version[step][slot] is None:
             first_version[step][slot] = trained
@@ -118,6 +119,7 @@ def simulate_overlap(
         sampler = samplers[step]
         if wanted := sampler.prompts_wanted():  # DAPO's refill batch
             slots = [*slots, *sampler.add_prompts(list(draw_prompts(wanted))).tolist()]
+            prompt_ids[step] = sampler.prompt_ids
         while len(lengths_of[step]) < sampler.num_slots:
             lengths_of[step].append([])
             first_version[step].append(None)
@@ -126,16 +128,17 @@ def simulate_overlap(
                 submit(step, int(slot), count)
 
     def admit(step: int) -> None:
-        draws[step] = _Draws(pass_rates, lengths, seed, step)
+        draws[step] = _Draws(pass_rates, lengths, seed, step, streams)
         samplers[step] = StepSampler(spec, list(draw_prompts(batch)), step=step, estimator=estimator)
+        prompt_ids[step] = samplers[step].prompt_ids
         lengths_of[step], first_version[step] = [], []
         feed(step, range(samplers[step].num_slots))
 
     for step in range(min(total, 1 + ahead)):
         admit(step)
-    current = 0
+    current, changed = 0, True  # changed: the oldest step's sampler moved since done() last said no
     while current < total:
-        if samplers[current].done():
+        if changed and samplers[current].done():
             result = samplers.pop(current).finalize()
             kept = [lengths_of[current][int(s)][int(i)] for s, i in zip(result.slot, result.index, strict=True)]
             train_s = train.fixed + train.per_token * (int(sum(kept)) + len(kept) * server.prompt_tokens)
@@ -148,6 +151,7 @@ def simulate_overlap(
             if current + ahead < total:
                 admit(current + ahead)
             continue
+        changed = False
         if engine.idle:
             raise RuntimeError(f"step {current} is not done but nothing is running")
         for request_id, _t in engine.step():
@@ -159,6 +163,7 @@ def simulate_overlap(
                 lengths_of[step][slot] += [owner[i][3] for i in ids]
                 samplers[step].observe(slot, np.array([owner[i][2] for i in ids]))
                 feed(step, [slot])
+                changed = changed or step == current
     inner = np.diff(ends)[1:-1]  # neither the fill nor the last step, which has nothing admitted behind it
     cycle = ahead + 1  # steps that share the servers: the gaps repeat with this period
     inner = inner[: len(inner) // cycle * cycle]  # whole cycles

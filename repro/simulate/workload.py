@@ -37,14 +37,24 @@ class TrainModel:
     fixed: float = 8.0  # s per step
 
 
+Streams = dict[tuple, tuple[np.ndarray, np.ndarray]]
+
+
 class _Draws:
     """Reward and length of each request, drawn from a stream per prompt id and call index, so that two
-    schedules of the same step see the same responses in the same per-prompt order."""
+    schedules of the same step see the same responses in the same per-prompt order.
 
-    def __init__(self, pass_rates: np.ndarray, lengths: LengthModel, seed: int, step: int) -> None:
+    `shared`: streams already drawn by other `_Draws` (other methods and schedules of one run meet the same
+    prompts at the same steps), keyed by everything a stream is drawn from, its length included, so that a
+    stream is the very array this instance would have drawn."""
+
+    def __init__(
+        self, pass_rates: np.ndarray, lengths: LengthModel, seed: int, step: int, shared: Streams | None = None
+    ) -> None:
         self.pass_rates, self.lengths, self.seed, self.step = pass_rates, lengths, seed, step
         self._calls: dict[Hashable, int] = {}
         self._cache: dict[Hashable, tuple[np.ndarray, np.ndarray]] = {}
+        self._shared = shared
 
     def next(self, prompt_id: Hashable, count: int) -> tuple[np.ndarray, np.ndarray]:
         start = self._calls.get(prompt_id, 0)
@@ -61,10 +71,17 @@ class _Draws:
         have = self._cache.get(prompt_id)
         if have is None or have[0].size < need:
             size = max(64, 2 * need)
-            # two generators, so that a longer stream extends a shorter one instead of replacing it
-            base = [self.seed, self.step, int(prompt_id)]
-            correct = np.random.default_rng([*base, 0]).random(size) < self.pass_rates[int(prompt_id)]
-            have = (correct.astype(float), self.lengths.draw(np.random.default_rng([*base, 1]), correct))
+            rate = self.pass_rates[int(prompt_id)]
+            key = (self.seed, self.step, int(prompt_id), float(rate), self.lengths, size)
+            have = None if self._shared is None else self._shared.get(key)
+            if have is None:
+                # two generators, so that a longer stream extends a shorter one instead of replacing it
+                base = [self.seed, self.step, int(prompt_id)]
+                correct = np.random.default_rng([*base, 0]).random(size) < rate
+                have = (correct.astype(float), self.lengths.draw(np.random.default_rng([*base, 1]), correct))
+                if self._shared is not None:
+                    have[0].flags.writeable = have[1].flags.writeable = False
+                    self._shared[key] = have
             self._cache[prompt_id] = have
         return have
 
