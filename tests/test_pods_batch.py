@@ -58,3 +58,17 @@ def test_greso_row_means_are_numpy_means_of_each_pool() -> None:
     count[slots[0]] = 0  # an empty pool: nan, as np.mean gives it
     with pytest.warns(RuntimeWarning):
         assert np.isnan(_row_means(rewards, count, slots)[0])
+
+
+def test_greso_pool_shares_are_the_group_shares() -> None:
+    from repro.sampling import greso
+
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        sizes = rng.integers(0, 9, size=int(rng.integers(1, 30)))
+        rewards = rng.choice([0.0, 0.1, 1.0], size=(sizes.size, 12), p=[0.2, 0.3, 0.5])
+        rewards[rng.random(sizes.size) < 0.3] = 1.0  # whole groups solved
+        rewards[rng.random(sizes.size) < 0.2] = 0.1  # whole groups format-only
+        groups = [rewards[i, :n].tolist() for i, n in enumerate(sizes)]
+        assert greso.pool_shares(rewards, sizes) == greso.group_shares(groups)
+    assert greso.pool_shares(np.zeros((0, 4)), np.zeros(0, dtype=np.int64)) == greso.group_shares([])

@@ -37,6 +37,8 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from repro.atomic import write_text
 from repro.sampling.settings import GresoSettings
 
@@ -106,6 +108,18 @@ def group_shares(groups: Sequence[Sequence[float]]) -> tuple[float, float]:
     easy = sum(all(r == 1 for r in g) for g in groups)
     hard = sum(all(r == FORMAT_SCORE for r in g) for g in groups)
     return easy / len(groups), hard / len(groups)
+
+
+def pool_shares(rewards: np.ndarray, sizes: np.ndarray) -> tuple[float, float]:
+    """`group_shares` of the groups rewards[i, :sizes[i]], as arrays: the same comparisons, the same counts."""
+    if not len(sizes):
+        return 0.0, 0.0
+    width = int(sizes.max())
+    outside = np.arange(width)[None, :] >= sizes[:, None]  # past a group's end: counts as matching, as all([]) is
+    rows = rewards[:, :width]
+    easy = int(((rows == 1) | outside).all(axis=1).sum())
+    hard = int(((rows == FORMAT_SCORE) | outside).all(axis=1).sum())
+    return easy / len(sizes), hard / len(sizes)
 
 
 def refill(missing: int, zero_variance_share: float, settings: GresoSettings, target: int) -> tuple[int, bool]:

@@ -22,7 +22,6 @@ against the full programme on random and tie-heavy cases.
 
 from __future__ import annotations
 
-import bisect
 import math
 
 import numpy as np
@@ -59,12 +58,6 @@ def exact_fill(gain: np.ndarray, budget: int) -> tuple[np.ndarray, int]:
     rest = np.append(np.cumsum(best_net[::-1])[::-1], 0.0).tolist()  # rest[i]: items i.., best nets summed
     slack = _SLACK * (1.0 + float(np.abs(gain).max(axis=1).sum()) + abs(lam) * (target + items * top))
     slack += _SLACK * float(np.abs(best_net).sum())
-    # each item's k by net, best first, and the smallest and largest k among the first j of them
-    order = np.argsort(-net, axis=1, kind="stable")
-    falling = np.take_along_axis(-net, order, axis=1).tolist()
-    k_min = np.minimum.accumulate(order, axis=1).tolist()
-    k_max = np.maximum.accumulate(order, axis=1).tolist()
-    rows = gain.tolist()
     best_nets = best_net.tolist()
 
     lo, values = 0, [0.0]  # the cells kept for the items so far: budgets lo .. lo + len - 1 (-inf: dropped)
@@ -72,19 +65,20 @@ def exact_fill(gain: np.ndarray, budget: int) -> tuple[np.ndarray, int]:
     picks: list[tuple[int, list[int]]] = []
     for i in range(items):
         # a kept cell's value comes from a k whose net is within the headroom of the item's best net
-        near = bisect.bisect_right(falling[i], headroom + 3 * slack - best_nets[i])
-        k_lo, k_hi = k_min[i][near - 1], k_max[i][near - 1]
+        near = (net[i] >= best_nets[i] - headroom - 3 * slack).nonzero()[0]
+        k_lo, k_hi = int(near[0]), int(near[-1])
         first = max(lo + k_lo, target - (items - 1 - i) * top)  # below it the items left cannot fill the target
         last = min(lo + len(values) - 1 + k_hi, target)
         cells = _cells if (last - first + 1) * (k_hi - k_lo + 1) <= _PYTHON_CELLS else _cells_numpy
-        best, pick = cells(values, lo, rows[i], k_lo, k_hi, first, last)
+        best, pick = cells(values, lo, gain[i, k_lo : k_hi + 1].tolist(), k_lo, first, last)
         bound_at = lam * (target - first) + rest[i + 1] + slack - floor  # bound - floor at `first`, less best
-        kept = [j for j, b in enumerate(best) if b + (bound_at - lam * j) >= 0.0]
+        margin = [b + (bound_at - lam * j) for j, b in enumerate(best)]  # >= 0: the cell is kept
+        kept = [j for j, m in enumerate(margin) if m >= 0.0]
         if not kept:
             raise RuntimeError("knapsack: every cell pruned; the bound is wrong")
         a, b = kept[0], kept[-1] + 1
-        values = [best[j] if best[j] + (bound_at - lam * j) >= 0.0 else -math.inf for j in range(a, b)]
-        headroom = max(best[j] + (bound_at - lam * j) for j in kept) - slack
+        values = [best[j] if margin[j] >= 0.0 else -math.inf for j in range(a, b)]
+        headroom = max(margin[j] for j in kept) - slack
         lo = first + a
         picks.append((lo, pick[a:b]))
     if not (lo <= target < lo + len(values)) or not math.isfinite(values[target - lo]):
@@ -102,32 +96,32 @@ _PYTHON_CELLS = 256  # cells x counts up to which plain floats beat numpy's per-
 
 
 def _cells(
-    values: list[float], lo: int, gain: list[float], k_lo: int, k_hi: int, first: int, last: int
+    values: list[float], lo: int, gain: list[float], k_lo: int, first: int, last: int
 ) -> tuple[list[float], list[int]]:
-    """For budgets first..last: max over k in k_lo..k_hi of values[w - k - lo] + gain[k] (the programme's
+    """For budgets first..last: max over k = k_lo + c of values[w - k - lo] + gain[c] (the programme's
     addition), and the first k reaching it (argmax's rule: k_lo when every option is -inf)."""
     size = len(values)
     best_out, pick_out = [], []
     for w in range(first, last + 1):
         best, pick = -math.inf, k_lo
-        for k in range(k_lo, k_hi + 1):
-            j = w - k - lo
+        for c, g in enumerate(gain):
+            j = w - k_lo - c - lo
             if 0 <= j < size:
-                value = values[j] + gain[k]
+                value = values[j] + g
                 if value > best:
-                    best, pick = value, k
+                    best, pick = value, k_lo + c
         best_out.append(best)
         pick_out.append(pick)
     return best_out, pick_out
 
 
 def _cells_numpy(
-    values: list[float], lo: int, gain: list[float], k_lo: int, k_hi: int, first: int, last: int
+    values: list[float], lo: int, gain: list[float], k_lo: int, first: int, last: int
 ) -> tuple[list[float], list[int]]:
     """`_cells` as one [budgets, counts] array: the same additions, argmax the same first maximum."""
-    span = k_hi - k_lo
+    span = len(gain) - 1
     padded = np.concatenate((np.full(span, -np.inf), np.asarray(values), np.full(span, -np.inf)))
     w = np.arange(first, last + 1)
-    sums = padded[(w - lo - k_lo + span)[:, None] - np.arange(span + 1)] + np.asarray(gain[k_lo : k_hi + 1])
+    sums = padded[(w - lo - k_lo + span)[:, None] - np.arange(span + 1)] + np.asarray(gain)
     column = sums.argmax(axis=1)
     return sums[np.arange(w.size), column].tolist(), (column + k_lo).tolist()

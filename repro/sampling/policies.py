@@ -440,13 +440,12 @@ class GresoPolicy(Policy):
         shares of all-solved and all-format-only groups, from the second epoch on (the module's reading)."""
         failed, ids, count = s.failed.tolist(), s.prompt_ids, s.count  # the properties copy: read them once
         rolled = [slot for slot, entry in enumerate(self.log) if entry == greso.KEPT and not failed[slot]]
-        groups = [s.rewards[slot, : count[slot]].tolist() for slot in rolled]
         keys = [str(ids[slot]) for slot in rolled]
         seen_before = any(self.memory.history(key) for key in keys)
         for key, mean in zip(keys, _row_means(s.rewards, count, rolled), strict=True):
             self.memory.histories.setdefault(key, []).append(mean)
-        if seen_before and groups:
-            easy, hard = greso.group_shares(groups)
+        if seen_before and rolled:
+            easy, hard = greso.pool_shares(s.rewards[rolled], count[rolled])
             self.memory.p_easy, self.memory.p_hard = greso.update_factors(*self.factors, easy, hard, self.settings)
 
 

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 _EPS = 1e-9
+_sum, _min = np.add.reduce, np.minimum.reduce  # what ndarray.sum and .min call, without their wrappers
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class BatchingEngine:
         self._shortest = [0.0] * replicas  # tokens left of each server's shortest request (when it has one)
         self._longest = [0.0] * replicas
         self._stall = [0.0] * replicas  # prefill seconds still to serve before decoding resumes
+        self._steps = np.zeros((replicas, 1))  # tokens each server decodes in an `advance`
         # one decode iteration with r running, as `ServerModel.iteration` computes it
         self._iteration = [model.iteration(r) for r in range(model.capacity + 1)]
         self._prefill = model.prefill_per_token * model.prompt_tokens
@@ -167,13 +169,14 @@ class BatchingEngine:
             longest[replica] -= step
             if shortest[replica] <= _EPS:  # its finished requests' remainders, added right after its tokens
                 row = self._left[replica, :n] - step  # what the subtraction below leaves in the row
-                ended = np.flatnonzero(row <= _EPS)
+                ended = (row <= _EPS).nonzero()[0]
                 done += [(request_id, when) for request_id in self._ids[replica, ended].tolist()]
-                tokens += float(row[ended].sum())  # the rounding remainder belongs to them (slot order)
+                tokens += float(_sum(row[ended]))  # the rounding remainder belongs to them (slot order)
                 finishing.append((replica, n, ended))
         self.busy, self.tokens = busy, tokens
         if any(count):
-            self._left -= np.array(steps)[:, None]  # a free slot's NaN stays NaN
+            self._steps[:, 0] = steps
+            np.subtract(self._left, self._steps, out=self._left)  # a free slot's NaN stays NaN
         for replica, n, ended in finishing:
             self._drop(replica, n, ended)
         self.now += dt
@@ -198,7 +201,7 @@ class BatchingEngine:
         left[k:n] = np.nan
         self._count[replica] = k
         if k:
-            self._shortest[replica] = float(left[:k].min())
+            self._shortest[replica] = float(_min(left[:k]))
 
     def drain(self) -> None:
         """Step until nothing is left (a synchronous round's barrier)."""
