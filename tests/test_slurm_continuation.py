@@ -111,7 +111,8 @@ if mode == "killed":  # the time limit's TERM reached the trainer, and the scrip
 for _ in range(2400):  # a guard only: every test ends the fake trainer by a signal or a request
     request = run / ".stop-request.json"
     if request.exists() and not (run / "seen-request.json").exists():
-        (run / "seen-request.json").write_text(request.read_text())  # what the trainer saw, for the test
+        (run / "seen.tmp").write_text(request.read_text())  # what the trainer saw, for the test: whole or not
+        os.replace(run / "seen.tmp", run / "seen-request.json")  # at all, as a TERM may come right after it
     if mode == "honour" and request.exists():
         sys.exit(75)
     if mode == "finish" and request.exists():
