@@ -37,14 +37,21 @@ SECONDS = re.compile(r'"seconds": [0-9.e+-]+')
 def run(name: str, out: Path, source: Path | None) -> tuple[float, float]:
     """(wall, CPU) seconds of one command; `source`: a folder holding another `repro` package to run."""
     env = dict(os.environ)
-    if source is not None:
+    if source is not None:  # `python -m` puts its working folder first on the path: run from the other tree
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "repro.cli", "simulate", *COMMANDS[name], "--out", str(out)],
-        cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=source or ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+    if source is not None:
+        origin = subprocess.run(
+            [sys.executable, "-c", "import repro; print(repro.__file__)"], cwd=source, env=env,
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        if not origin.startswith(str(source)):
+            raise RuntimeError(f"the baseline ran {origin}, not the tree under {source}")
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - cpu.ru_utime) + (after.ru_stime - cpu.ru_stime)
@@ -95,7 +102,10 @@ def main() -> None:
                 totals[2] += base[0]
                 totals[3] += base[1]
                 line += f" {base[0]:10.1f} {base[1]:9.1f} {base[1] / cpu:8.1f}x"
-            print(line + "  " + same_as_committed(name, folder / f"{name}.json"), flush=True)
+            verdict = same_as_committed(name, folder / f"{name}.json")
+            if base:
+                verdict += f" (baseline: {same_as_committed(name, folder / f'{name}.base.json')})"
+            print(line + "  " + verdict, flush=True)
         line = f"{'total':<12} {totals[0]:8.1f} {totals[1]:8.1f}"
         if baseline:
             line += f" {totals[2]:10.1f} {totals[3]:9.1f} {totals[3] / totals[1]:8.1f}x"

@@ -100,10 +100,15 @@ def test_the_array_engine_replays_the_loop_engine_bit_for_bit(seed: int) -> None
             lengths = rng.integers(1, 60, size=int(rng.integers(1, 12)))
             if rng.random() < 0.3:
                 lengths[:] = lengths[0]
-            for length in lengths:
-                new.submit(next_id, int(length))
-                old.submit(next_id, int(length))
-                next_id += 1
+            ids = list(range(next_id, next_id + lengths.size))
+            if rng.random() < 0.5:  # a batch at once (what the schedules send), or one by one
+                new.submit_many(ids, lengths.tolist())
+            else:
+                for request_id, length in zip(ids, lengths.tolist(), strict=True):
+                    new.submit(request_id, length)
+            for request_id, length in zip(ids, lengths.tolist(), strict=True):
+                old.submit(request_id, length)
+            next_id += lengths.size
         # now and then part of the way to the next finish, as the asyncio emulator moves
         share = float(rng.choice([0.0, 0.5, 0.999])) if rng.random() < 0.3 else 1.0
         dt = old.time_to_next() * share
