@@ -23,7 +23,7 @@ step() { echo; echo "== $* ($(( $(date +%s) - started ))s)"; }
 step "1/5 sampling statistics at paper scale"
 $repro simulate signal-loss --show 1,2,4,8,16,32,64,128,256 --out results/simulate/signal_loss.json
 $repro simulate sampling --out results/simulate/sampling.json
-$repro simulate cost --out results/simulate/cost.json  # step time by schedule: sync, streamed, async (~3 min)
+$repro simulate cost --out results/simulate/cost.json  # step time by schedule: sync, streamed, async
 # the async step a long run settles at (the mean gap between updates once the fill is over), for Table 2's methods
 $repro simulate cost --methods grpo-n4,seq-pos,seq-balance --steps 24 --out results/simulate/cost-steady.json
 
