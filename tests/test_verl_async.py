@@ -126,10 +126,15 @@ def test_resumed_responses_are_counted_where_verl_sees_trajectories_span_version
     abort lands mid-request depends on timing; the server's abort and resume are tested exactly in
     test_cpu_rollout.py."""
     steps = _steps(async_run)
+    # a batch sampled before the kill and trained after the resume brings attempt 1's count, written before verl
+    # finished its cut requests in attempt 2 (seen in a clean-clone suite: step 3, count 0, spans 2): not paired
+    trained_1 = {json.loads(line)["step"] for line in (async_run / "metrics" / "attempt-001.jsonl").open()}
+    counted_1 = {json.loads(line)["step"] for line in (async_run / "metrics" / "attempt-001.sampler.jsonl").open()}
+    across = counted_1 - trained_1
     for step in _sampled(steps):
         record = steps[step]
         assert record["async/resumed_responses"] >= 0
-        if record["async/resumed_responses"] == 0:
+        if record["async/resumed_responses"] == 0 and step not in across:
             assert record[SPANS] == 1, step
     events = [
         e for attempt in (1, 2) for e in audit.read("rollout", async_run / "metrics" / f"attempt-{attempt:03d}.jsonl")

@@ -31,6 +31,8 @@ mode = sys.argv[1]
 if mode == "exit":
     sys.exit(int(sys.argv[2]))
 if mode == "kill":
+    if int(sys.argv[2]) == signal.SIGINT:  # Python's own handler, even where the test runner ignores SIGINT
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # (xdist's workers do; children inherit it)
     os.kill(os.getpid(), int(sys.argv[2]))
     time.sleep(5)
 if mode == "raise":
