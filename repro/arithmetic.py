@@ -273,6 +273,15 @@ def released(environ: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, which a Slurm or container limit narrows), the count the
+    local launcher and the simulations size their parallelism by."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def threads(requested: int) -> int:
     """torch's thread count for a computing process: the pinned one, or `requested` under the opt-out."""
     return requested if native() else _spec()["threads"]

@@ -223,8 +223,8 @@ def test_a_sigterm_interrupts_the_cell_and_the_next_sweep_resumes_it_to_the_stra
     import torch
     from safetensors.torch import load_file
 
+    from repro.arithmetic import usable_cores
     from repro.launch.attempt import THREADS_ENV
-    from repro.launch.local import _cores
     from repro.launch.state import cell_state
     from repro.launch.warm import enabled
     from repro.rundir.attempts import last_logged_step
@@ -238,7 +238,7 @@ def test_a_sigterm_interrupts_the_cell_and_the_next_sweep_resumes_it_to_the_stra
     straight = subprocess.Popen(  # the reference, with the torch threads the launcher gives its one cell
         [sys.executable, "cli.py", "run", "--model", "tiny-arith", "--method", "grpo-n4", "--steps", str(steps),
          "--batch", "8", "--run-dir", str(straight_dir)],
-        cwd=ROOT, env={**tiny_env, THREADS_ENV: str(_cores())}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=ROOT, env={**tiny_env, THREADS_ENV: str(usable_cores())}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
     proc = subprocess.Popen(

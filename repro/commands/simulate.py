@@ -10,11 +10,12 @@ import typer
 from rich.table import Table
 
 from repro import catalog
+from repro.arithmetic import usable_cores
 from repro.atomic import write_text
 from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
 from repro.simulate import pass_rates as pr
-from repro.simulate.parallel import run_methods, usable_cpus
+from repro.simulate.parallel import run_methods
 from repro.simulate.sampling import simulate_method
 from repro.simulate.signal_loss import signal_loss
 
@@ -79,7 +80,7 @@ def _each_method(methods: str, seed: int, steps: int, task, kwargs: dict, jobs: 
     specs = list({name: catalog.get_method(name).sampler_spec(seed=seed) for name in names}.items())
     if jobs == 0:
         big = steps * kwargs.get("batch", 1) >= _PARALLEL_FROM
-        jobs = usable_cpus() if big else 1
+        jobs = usable_cores() if big else 1
     with progress_bar(stderr_console()) as progress:
         task_id = progress.add_task("simulating", total=steps * len(specs))
         if jobs <= 1 or len(specs) <= 1:

@@ -3,7 +3,6 @@ each option's name and help text, so `run`, `eval` and `retry-failed` cannot dri
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -29,11 +28,9 @@ _STYLE = {
 
 
 def _default_parallel() -> int:
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores // 1)
+    from repro.arithmetic import usable_cores
+
+    return usable_cores()
 
 
 FileArg = Annotated[Path, typer.Argument(help="Sweep file, e.g. sweeps/tiny.yaml.")]

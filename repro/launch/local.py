@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from repro import arithmetic
 from repro.atomic import write_text
 from repro.cell import ResolvedCell
 from repro.errors import ReproError
@@ -88,13 +89,6 @@ class SweepReport:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def launch_dir(runs_root: Path) -> Path:
@@ -294,7 +288,9 @@ def run_local(
     root = Path(runs_root).absolute()
     root.mkdir(parents=True, exist_ok=True)
     cells = [c for c in sweep.cells() if only is None or c.name in only]
-    threads = max(1, _cores() // min(max_parallel, max(1, len(cells))))  # each cell's share of the cores
+    threads = max(
+        1, arithmetic.usable_cores() // min(max_parallel, max(1, len(cells)))
+    )  # each cell's share of the cores
     report = SweepReport(root)
     lock = threading.Lock()  # Popen from several threads is safe; this only orders the results list
     results: dict[int, CellOutcome] = {}

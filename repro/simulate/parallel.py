@@ -8,19 +8,11 @@ processes share is a cache of response streams (`workload._Draws`), which only s
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 _STREAMS: dict | None = None  # a worker's streams, shared by the methods it runs
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def _start_worker() -> None:
