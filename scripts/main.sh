@@ -20,16 +20,30 @@ repro=.venv/bin/repro
 runs=${REPRO_RUNS:-runs}
 step() { echo; echo "== $* ($(( $(date +%s) - started ))s)"; }
 
-step "1/5 sampling statistics at paper scale"
-$repro simulate signal-loss --show 1,2,4,8,16,32,64,128,256 --out results/simulate/signal_loss.json
-$repro simulate sampling --out results/simulate/sampling.json
-$repro simulate cost --out results/simulate/cost.json  # step time by schedule: sync, streamed, async
-# the async step a long run settles at (the mean gap between updates once the fill is over), for Table 2's methods
-$repro simulate cost --methods grpo-n4,seq-pos,seq-balance --steps 24 --out results/simulate/cost-steady.json
+# Stages 1 and 2 run side by side: building the tiny model (first run only) and sampling the filter's pass
+# counts are one process each, and the simulations take the other cores (their output comes after stage 2's).
+step "1/5 sampling statistics at paper scale (beside stage 2; its output follows)"
+mkdir -p results/simulate
+stage1_log=$(mktemp -t repro-stage1.XXXXXX)
+(
+  set -e
+  $repro simulate signal-loss --show 1,2,4,8,16,32,64,128,256 --out results/simulate/signal_loss.json
+  $repro simulate sampling --out results/simulate/sampling.json
+  $repro simulate cost --out results/simulate/cost.json  # step time by schedule: sync, streamed, async
+  # the async step a long run settles at (the mean gap between updates once the fill is over), for Table 2's methods
+  $repro simulate cost --methods grpo-n4,seq-pos,seq-balance --steps 24 --out results/simulate/cost-steady.json
+) > "$stage1_log" 2>&1 &
+stage1=$!
 
 step "2/5 the filtered standard and hard prompt sets (builds the tiny model on first use)"
 $repro data filter --base-samples 16
 $repro data filter --base-samples 16 --pass-rate 0.125  # reuses the standard set's pass counts
+stage1_ok=0
+wait "$stage1" || stage1_ok=$?
+step "1/5 done: its output"
+cat "$stage1_log"
+rm -f "$stage1_log"
+if [ "$stage1_ok" != 0 ]; then echo "main job: stage 1 (the simulations) failed; see above" >&2; exit "$stage1_ok"; fi
 
 # Each cell trains, then its evaluation stage (the sweep files' `eval:`) scores it, one cell per CPU core with one
 # torch thread each. The sweep files ask for every kept checkpoint, as the paper's protocol does; on 2 cores

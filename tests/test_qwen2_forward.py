@@ -9,7 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from repro.local import generate
 from repro.local.generate import left_pad, make_batch, positions, response_logprobs
-from repro.local.qwen2_forward import FORCE_TRANSFORMERS_ENV, compact_forward
+from repro.local.qwen2_forward import FORCE_TRANSFORMERS_ENV, CompactForward, compact_forward
 
 VOCAB, PAD, EOS = 40, 0, 2
 
@@ -168,3 +168,77 @@ def test_other_models_keep_transformers_path(monkeypatch) -> None:
     assert compact_forward(qwen2().to(torch.bfloat16)) is None  # only float32 is checked bitwise
     monkeypatch.setenv(FORCE_TRANSFORMERS_ENV, "1")
     assert compact_forward(model) is None
+
+
+def test_prompt_groups_in_order_of_first_appearance() -> None:
+    ids, mask = left_pad([[5, 6], [7], [5, 6], [7], [8, 9], [5, 6]], PAD)
+    first, group = generate.prompt_groups(ids, mask)
+    assert first.tolist() == [0, 1, 4]
+    assert group.tolist() == [0, 1, 0, 1, 2, 0]
+    assert generate.prompt_groups(*left_pad([[5], [6], [7]], PAD)) is None  # nothing repeats: nothing to share
+    # the same ids with another padding are another prompt (a pad id inside a prompt)
+    ids, mask = torch.tensor([[PAD, 5], [PAD, 5]]), torch.tensor([[0, 1], [1, 1]])
+    assert generate.prompt_groups(ids, mask) is None
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize(
+    "lengths",
+    [([5, 9, 7], [3, 5, 1, 4, 2, 5]), ([6, 6], [4, 4, 4, 4]), ([4, 6], [1, 1, 1, 1])],
+    ids=["padded", "full", "one-token"],
+)
+def test_shared_prompts_compute_transformers_bits_and_the_unshared_values(name: str, lengths) -> None:
+    """Each distinct prompt's forward once, its keys gathered for the rows that repeat it: log-probs, entropy
+    and every gradient bit for bit as transformers computes the same sharing through its cache, and within
+    rounding of the forward over every row; the prompt forward sees the distinct prompts only."""
+    model = MODELS[name]().train()
+    distinct = prompts(lengths[0])
+    rows = [distinct[i % len(distinct)] for i in range(len(lengths[1]))]
+    batch = make_batch(rows, prompts(lengths[1], seed=3), PAD)
+    mask = batch.response_mask.bool()
+
+    def run(share: bool) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        model.zero_grad()
+        logp, entropy = response_logprobs(model, batch, with_entropy=True, share_prompts=share)
+        ((logp * batch.response_mask).sum() + (entropy * batch.response_mask).sum()).backward()
+        return logp.detach(), entropy.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(FORCE_TRANSFORMERS_ENV, "1")
+        ref = run(True)
+    seen: list[int] = []
+    real_call = CompactForward.__call__
+
+    def counting(self, input_ids, *args, **kwargs):
+        seen.append(input_ids.shape[0])
+        return real_call(self, input_ids, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CompactForward, "__call__", counting)
+        shared = run(True)
+    assert seen[0] == len(distinct) and set(seen[1:]) <= {len(rows)}
+    assert torch.equal(shared[0], ref[0]) and torch.equal(shared[1], ref[1])
+    assert not [n for n in ref[2] if not torch.equal(shared[2][n], ref[2][n])]
+    full = run(False)
+    assert torch.allclose(shared[0][mask], full[0][mask], atol=2e-5, rtol=0)
+    assert torch.allclose(shared[1][mask], full[1][mask], atol=2e-5, rtol=0)
+    for n, grad in full[2].items():
+        assert torch.allclose(shared[2][n], grad, atol=1e-4 * float(grad.abs().max()) + 1e-7, rtol=0), n
+
+
+@pytest.mark.parametrize("name", ["qwen2", "llama"])
+def test_shared_prefill_samples_transformers_tokens(name: str, monkeypatch) -> None:
+    """`sample(share_prompts=True)`: a prefill of the distinct prompts, their cache copied to the rows that
+    repeat them; the same tokens on both forward paths, and (these seeds) the tokens of a prefill of every row."""
+    model = MODELS[name]()
+    rows = prompts([5, 9, 7, 9, 3, 8]) * 4
+    kwargs = dict(max_new_tokens=16, eos_id=EOS, pad_id=PAD, share_prompts=True)
+
+    def draw(**extra) -> list[list[int]]:
+        return generate.sample(model, rows, generator=torch.Generator().manual_seed(5), **{**kwargs, **extra})
+
+    fast = draw()
+    assert fast == draw(share_prompts=False)
+    assert len({len(r) for r in fast}) > 3  # rows ended at different steps: compaction ran on the shared cache
+    monkeypatch.setenv(FORCE_TRANSFORMERS_ENV, "1")
+    assert draw() == fast

@@ -53,6 +53,7 @@ def _where(moment: str) -> str:
         return moment
     return f"while {moment}"
 
+
 def run(
     context: typer.Context,
     model: Annotated[str, typer.Option("--model", help="Backbone key (see `repro models`).")],

@@ -159,7 +159,7 @@ class TransformersGenerator:
         budget = float(os.environ.get(self.MEMORY_ENV, self.MEMORY_GIB)) * 2**30
         return max(1, min(self.MAX_ROWS, int(budget // per_row)))
 
-    def _sample(self, flat: list[list[int]], gen, uniforms=None) -> list[str]:
+    def _sample(self, flat: list[list[int]], gen, uniforms=None, share_prompts: bool = False) -> list[str]:
         from repro.local.generate import sample
 
         texts: list[str] = []
@@ -174,6 +174,7 @@ class TransformersGenerator:
                 generator=gen,
                 temperature=self.temperature,
                 uniforms=None if uniforms is None else uniforms[start : start + step],
+                share_prompts=share_prompts,
             )
             texts += self.tokenizer.batch_decode(out, skip_special_tokens=True)
         return texts
@@ -187,14 +188,15 @@ class TransformersGenerator:
     def generate_seeded(self, problems: Sequence[str], seeds: Sequence[Sequence[int]]) -> list[list[str]]:
         """Every sample from its own seed, all of them in one batch: each row draws its tokens from uniforms
         of its own torch.Generator (`repro.local.generate.sample`, inverse CDF), so a response is the same
-        whatever chunk, shard or resume draws it, and batching stays as wide as the chunk."""
+        whatever chunk, shard or resume draws it, and batching stays as wide as the chunk. Each distinct
+        prompt of a batch is prefilled once for its k samples (`share_prompts`)."""
         torch = self._torch
         ids = [self.prompt_ids(p) for p in problems]  # once per problem: a chat template costs ~0.15 ms a call
         flat = [row_ids for row_ids, row in zip(ids, seeds, strict=True) for _ in row]
         width = self.max_new_tokens
         rows = [torch.rand(width, generator=torch.Generator().manual_seed(int(s))) for r in seeds for s in r]
         uniforms = torch.stack(rows) if rows else None
-        return _regroup(self._sample(flat, None, uniforms), [len(row) for row in seeds])
+        return _regroup(self._sample(flat, None, uniforms, share_prompts=True), [len(row) for row in seeds])
 
 
 def _regroup(texts: list[str], sizes: Sequence[int]) -> list[list[str]]:

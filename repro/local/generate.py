@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from repro.local.qwen2_forward import compact_forward
+from repro.local.qwen2_forward import SharedPrompts, compact_forward
 
 
 @dataclass
@@ -51,6 +51,19 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 
 
 COMPACT_SHARE = 0.25  # drop finished rows once this share of the running batch has finished since the last drop
+
+
+def prompt_groups(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(first row of each distinct prompt, each row's distinct prompt) of left-padded prompts `ids`/`mask`
+    [rows, P], in order of first appearance; None when no two rows repeat a prompt (nothing to share)."""
+    first: dict[tuple[int, ...], int] = {}
+    group = [first.setdefault(tuple(row), len(first)) for row in torch.cat([ids, mask], dim=1).tolist()]
+    if len(first) == len(group):
+        return None
+    starts = torch.zeros(len(first), dtype=torch.long)
+    for row, g in reversed(list(enumerate(group))):
+        starts[g] = row
+    return starts, torch.tensor(group, dtype=torch.long)
 
 
 def compact_due(finished: int, live: int) -> bool:
@@ -104,6 +117,7 @@ def sample(
     temperature: float = 1.0,
     uniforms: torch.Tensor | None = None,
     compact: bool = True,
+    share_prompts: bool = False,
 ) -> list[list[int]]:
     """One response per prompt (repeat a prompt to get several); each ends at EOS (included) or the cap.
 
@@ -115,11 +129,20 @@ def sample(
     most responses end long before the longest, and without it every step computes every row until the last
     one ends. It changes no token: with `uniforms` each row reads its own numbers, and with `generator` every
     step still draws for the whole batch (`_multinomial_in_place`), so each row gets the random numbers it got
-    before compaction existed and runs made before it (the committed results) are reproduced exactly."""
+    before compaction existed and runs made before it (the committed results) are reproduced exactly.
+
+    `share_prompts` prefills each distinct prompt once and copies its cache to the rows that repeat it (n
+    samples of a prompt): fewer FLOPs, other bits than a prefill of every row (a matmul's rows change with
+    their count under the pin), so only callers whose numbers were made this way ask for it (the CPU trainer).
+    A model that keeps no cache (the tests' stand-ins) prefills every row."""
     if not prompts:
         return []
     ids, mask = left_pad(prompts, pad_id)
     pos = positions(mask)
+    groups = prompt_groups(ids, mask) if share_prompts and _keeps_cache(model) else None
+    if groups is not None:
+        first, group = groups
+        ids, mask, pos = ids[first], mask[first], pos[first]
     fast = compact_forward(model)
     if fast is not None:
         cache = fast.new_cache(ids.shape[0], ids.shape[1] + max_new_tokens)
@@ -127,7 +150,10 @@ def sample(
     else:
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **last_logits_only(model))
         cache, logits = out.past_key_values, out.logits[:, -1, :]
-    batch = ids.shape[0]
+    if groups is not None:
+        cache = select_cache_rows(cache, group)
+        logits, mask, pos = logits[group], mask[group], pos[group]
+    batch = len(prompts)
     rows = torch.arange(batch)  # the original row of each running row
     done = torch.zeros(batch, dtype=torch.bool)
     tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long)
@@ -182,21 +208,62 @@ def make_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int
 
 
 def response_logprobs(
-    model: torch.nn.Module, batch: Batch, with_entropy: bool
+    model: torch.nn.Module, batch: Batch, with_entropy: bool, share_prompts: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per response token: log-prob under the model and the policy entropy (verl's own helpers). A plain
-    Qwen2/Llama model's forward (and so its backward) is `qwen2_forward`'s, bit for bit transformers'."""
+    Qwen2/Llama model's forward (and so its backward) is `qwen2_forward`'s, bit for bit transformers'.
+
+    `share_prompts` computes each distinct prompt once (`_shared_prompt_logits`) where rows repeat prompts:
+    the same values up to rounding, other bits, so only for callers whose numbers were made this way."""
     from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
-    fast = compact_forward(model)
-    if fast is not None:
-        logits = fast(batch.input_ids, batch.attention_mask, batch.position_ids)
+    prompt = slice(0, batch.prompt_len)
+    groups = None
+    if share_prompts and _keeps_cache(model):
+        groups = prompt_groups(batch.input_ids[:, prompt], batch.attention_mask[:, prompt])
+    if groups is not None:
+        resp_logits = _shared_prompt_logits(model, batch, *groups).float()
     else:
-        logits = model(
-            input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
-        ).logits
-    # the logit at position t predicts token t+1: response tokens are predicted from P-1 .. P+R-2
-    resp_logits = logits[:, batch.prompt_len - 1 : -1, :].float()
+        fast = compact_forward(model)
+        if fast is not None:
+            logits = fast(batch.input_ids, batch.attention_mask, batch.position_ids)
+        else:
+            logits = model(
+                input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
+            ).logits
+        # the logit at position t predicts token t+1: response tokens are predicted from P-1 .. P+R-2
+        resp_logits = logits[:, batch.prompt_len - 1 : -1, :].float()
     logp = logprobs_from_logits(resp_logits, batch.responses)
     entropy = entropy_from_logits(resp_logits) if with_entropy else None
     return logp, entropy
+
+
+def _keeps_cache(model: torch.nn.Module) -> bool:
+    return compact_forward(model) is not None or "past_key_values" in inspect.signature(model.forward).parameters
+
+
+def _shared_prompt_logits(
+    model: torch.nn.Module, batch: Batch, first: torch.Tensor, group: torch.Tensor
+) -> torch.Tensor:
+    """The logits that predict each response token [rows, R, vocab], with each distinct prompt's forward run
+    once (rows `first`) and its keys/values gathered for the rows of its `group`: the prompt's last position
+    predicts response token 0, and the responses' own forward (tokens 0..R-2, attending over their prompt's
+    keys and their own) predicts the rest. Autograd flows through the gather into the prompt's forward."""
+    p = batch.prompt_len
+    p_ids, p_mask, p_pos = (t[first, :p] for t in (batch.input_ids, batch.attention_mask, batch.position_ids))
+    r_ids, r_pos = batch.input_ids[:, p:-1], batch.position_ids[:, p:-1]
+    mask = batch.attention_mask[:, :-1]
+    fast = compact_forward(model)
+    if fast is not None:
+        cache = SharedPrompts(group)
+        head = fast(p_ids, p_mask, p_pos, cache, last_only=True)
+        rest = fast(r_ids, mask, r_pos, cache) if r_ids.shape[1] else None
+    else:
+        out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True, logits_to_keep=1)
+        head, cache = out.logits, out.past_key_values
+        cache.batch_select_indices(group)
+        rest = None
+        if r_ids.shape[1]:
+            rest = model(input_ids=r_ids, attention_mask=mask, position_ids=r_pos, past_key_values=cache).logits
+    head = head[group]
+    return head if rest is None else torch.cat([head, rest], dim=1)

@@ -107,6 +107,7 @@ class HeldoutEval:
             eos_id=self.tokenizer.eos_token_id,
             pad_id=self.tokenizer.pad_token_id,
             generator=torch.Generator().manual_seed(seed),
+            share_prompts=True,  # each problem prefilled once for its samples
         )
         texts = self.tokenizer.batch_decode(out, skip_special_tokens=True)
         k = self.samples

@@ -64,7 +64,7 @@ def ppo_update(
     from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn
 
     model.train()
-    log_prob, entropy = response_logprobs(model, batch, with_entropy=True)
+    log_prob, entropy = response_logprobs(model, batch, with_entropy=True, share_prompts=True)
     mask = batch.response_mask
     pg_loss, pg_metrics = get_policy_loss_fn("vanilla")(
         old_log_prob=old_log_prob,

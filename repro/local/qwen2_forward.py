@@ -24,8 +24,9 @@ in the order of its uses, so the backward's bits depend on it too). Facts this r
   key/value strides (the tests check this bitwise on this torch).
 - Shapes are part of the bits: under the pin, MKL's product for a row changes with the number of rows in the
   matmul (F.linear of rows 0..m of a batch differs from the same rows computed in a larger one, for most m),
-  and silu's scalar tail differs from its vector body. So rows repeating one prompt cannot share one prefill
-  (4-16x fewer prefill FLOPs) without new bits, and nothing here changes a tensor's shape.
+  and silu's scalar tail differs from its vector body. So nothing here changes a tensor's shape, and rows
+  repeating one prompt share its forward (`SharedPrompts`: 2.5-3x fewer FLOPs a training step) only where the
+  caller asks for those other bits; transformers computes the same sharing through its cache, bit for bit.
 
 Anything outside that (another attention implementation, sliding windows, scaled or dynamic rope, weights
 in another dtype, hooks, dropout in training, a subclass) returns None from `compact_forward`, and callers
@@ -77,6 +78,18 @@ class KVCache:
         self.values = [torch.empty(shape, dtype=dtype) for _ in range(layers)]
         self.length = 0
 
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor, past: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Writes layer `layer`'s new keys/values after the `past` cached positions; returns what attention
+        covers: everything cached, or (the prefill) the new ones themselves, as a concatenation onto nothing
+        gives them."""
+        keys, values = self.keys[layer], self.values[layer]
+        keys.narrow(2, past, k.shape[2]).copy_(k)
+        values.narrow(2, past, v.shape[2]).copy_(v)
+        if not past:
+            return k, v
+        length = past + k.shape[2]
+        return keys.narrow(2, 0, length), values.narrow(2, 0, length)
+
     def batch_select_indices(self, keep: torch.Tensor) -> None:
         self.keys = [self._select(k, keep) for k in self.keys]
         self.values = [self._select(v, keep) for v in self.values]
@@ -87,6 +100,34 @@ class KVCache:
         out = data.new_empty((len(keep), *data.shape[1:]))
         out.narrow(2, 0, self.length).copy_(data.narrow(2, 0, self.length).index_select(0, keep))
         return out
+
+
+class SharedPrompts:
+    """Keys and values of each distinct prompt, computed once (a prefill of the distinct prompts only) and
+    gathered for every row that repeats it (`group`: row -> distinct prompt), with gradients: a training
+    batch holds n responses of each prompt, and recomputing the prompt per response was 40-65% of the update's
+    tokens on tiny-arith (`repro.local.generate.response_logprobs(share_prompts=True)`). The gather and the
+    concatenation are the ops transformers' `DynamicCache` runs (`batch_select_indices`, then `update`'s
+    `torch.cat`), so the compact and transformers paths keep computing the same bits.
+
+    The first call per layer (`length` 0) records the prefill's keys; later calls attend over the rows'
+    prompt keys followed by their own."""
+
+    def __init__(self, group: torch.Tensor) -> None:
+        self.group = group
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.length = 0
+
+    def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor, past: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if not past:
+            self.keys.append(k)
+            self.values.append(v)
+            return k, v
+        return (
+            torch.cat([self.keys[layer][self.group, ...], k], dim=-2),
+            torch.cat([self.values[layer][self.group, ...], v], dim=-2),
+        )
 
 
 def _ordinary(model: torch.nn.Module) -> bool:
@@ -156,7 +197,7 @@ class CompactForward:
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         position_ids: torch.Tensor,
-        cache: KVCache | None = None,
+        cache: KVCache | SharedPrompts | None = None,
         last_only: bool = False,
     ) -> torch.Tensor:
         """Logits [rows, q, vocab] (q = 1 with `last_only`, as transformers' `logits_to_keep=1`) of `input_ids`
@@ -166,7 +207,7 @@ class CompactForward:
         past = 0 if cache is None else cache.length
         kv_len = past + q_len
         padding = attention_mask.to(dtype=torch.bool)
-        if bool(padding.all()):  # transformers leaves the mask out: SDPA's causal flag (or nothing, decoding)
+        if bool(padding.all()) and (past == 0 or q_len == 1):  # no mask: SDPA's causal flag, or nothing (decoding)
             mask = None
         elif q_len == 1:  # one query after everything cached: causality masks nothing
             mask = padding[:, None, None, :]
@@ -186,11 +227,7 @@ class CompactForward:
             q = (q * cos) + (_rotate_half(q) * sin)
             k = (k * cos) + (_rotate_half(k) * sin)
             if cache is not None:
-                keys, values = cache.keys[i], cache.values[i]
-                keys.narrow(2, past, q_len).copy_(k)
-                values.narrow(2, past, q_len).copy_(v)
-                if past:  # the prefill attends to its own keys, as a concatenation onto nothing gives them
-                    k, v = keys.narrow(2, 0, kv_len), values.narrow(2, 0, kv_len)
+                k, v = cache.extend(i, k, v, past)
             a = self._attend(q, k, v, mask)
             a = a.transpose(1, 2).contiguous().reshape(rows, q_len, -1).contiguous()
             h = residual + F.linear(a, *layer.o)

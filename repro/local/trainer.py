@@ -296,6 +296,7 @@ class CpuTrainer:
             eos_id=self.tokenizer.eos_token_id,
             pad_id=self.tokenizer.pad_token_id,
             generator=self.generator,
+            share_prompts=True,
         )
         texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
         scores = [compute_score(p.data_source, t, p.ground_truth) for p, t in zip(flat_prompts, texts, strict=True)]
@@ -346,7 +347,7 @@ class CpuTrainer:
         if behaviour_logprobs:
             t0 = time.perf_counter()
             with torch.no_grad():
-                rollout_log_prob, _ = response_logprobs(model, batch, with_entropy=False)
+                rollout_log_prob, _ = response_logprobs(model, batch, with_entropy=False, share_prompts=True)
             timing["rollout_log_prob"] = time.perf_counter() - t0
         return Sampled(step, result, batch, adv, timing, self.loader.epoch, rollout_log_prob)
 
@@ -365,7 +366,7 @@ class CpuTrainer:
         pause_at(self.rundir.path, "step", sampled.step)  # mid-step: sampled, not updated
         t0 = time.perf_counter()
         with torch.no_grad():
-            old_log_prob, _ = response_logprobs(self.model, batch, with_entropy=False)
+            old_log_prob, _ = response_logprobs(self.model, batch, with_entropy=False, share_prompts=True)
         timing["old_log_prob"] = time.perf_counter() - t0
         is_weights, corr_metrics = None, {}
         if sampled.rollout_log_prob is not None:
