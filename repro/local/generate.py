@@ -56,14 +56,17 @@ COMPACT_SHARE = 0.25  # drop finished rows once this share of the running batch 
 def prompt_groups(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(first row of each distinct prompt, each row's distinct prompt) of left-padded prompts `ids`/`mask`
     [rows, P], in order of first appearance; None when no two rows repeat a prompt (nothing to share)."""
-    first: dict[tuple[int, ...], int] = {}
-    group = [first.setdefault(tuple(row), len(first)) for row in torch.cat([ids, mask], dim=1).tolist()]
-    if len(first) == len(group):
+    seen: dict[tuple[int, ...], int] = {}
+    starts: list[int] = []
+    group: list[int] = []
+    for row, key in enumerate(map(tuple, torch.cat([ids, mask], dim=1).tolist())):
+        if key not in seen:
+            seen[key] = len(starts)
+            starts.append(row)
+        group.append(seen[key])
+    if len(starts) == len(group):
         return None
-    starts = torch.zeros(len(first), dtype=torch.long)
-    for row, g in reversed(list(enumerate(group))):
-        starts[g] = row
-    return starts, torch.tensor(group, dtype=torch.long)
+    return torch.tensor(starts, dtype=torch.long), torch.tensor(group, dtype=torch.long)
 
 
 def compact_due(finished: int, live: int) -> bool:
