@@ -136,7 +136,8 @@ def sample(
 
     `share_prompts` prefills each distinct prompt once and copies its cache to the rows that repeat it (n
     samples of a prompt): fewer FLOPs, other bits than a prefill of every row (a matmul's rows change with
-    their count under the pin), so only callers whose numbers were made this way ask for it (the CPU trainer).
+    their count under the pin), so only callers whose numbers were made this way ask for it (the CPU trainer,
+    its held-out check and the Ave@32 sampler; not the filter or the model build).
     A model that keeps no cache (the tests' stand-ins) prefills every row."""
     if not prompts:
         return []
