@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from repro.commands.sweep_options import _STYLE, LAUNCHERS, _default_parallel
+from repro.commands.sweep_options import _STYLE, LAUNCHERS
 from repro.console import stderr_console, stdout_console
 from repro.errors import ReproError
 from repro.launch.local import LAUNCH_DIR
@@ -248,9 +248,10 @@ def _dry_run(args: _Launch, sweep, options) -> None:
 
 
 def _launch_local(args: _Launch, sweep, options, states: tuple[str, ...], train: bool = True) -> None:
+    from repro.arithmetic import usable_cores
     from repro.launch.local import run_local
 
-    parallel = args.max_parallel or _default_parallel()
+    parallel = args.max_parallel or usable_cores()
     cells = sweep.cells()
     only = None
     if states != LAUNCHABLE_DEFAULT:

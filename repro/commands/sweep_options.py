@@ -27,12 +27,6 @@ _STYLE = {
 }
 
 
-def _default_parallel() -> int:
-    from repro.arithmetic import usable_cores
-
-    return usable_cores()
-
-
 FileArg = Annotated[Path, typer.Argument(help="Sweep file, e.g. sweeps/tiny.yaml.")]
 LauncherOpt = Annotated[
     str,

@@ -288,9 +288,8 @@ def run_local(
     root = Path(runs_root).absolute()
     root.mkdir(parents=True, exist_ok=True)
     cells = [c for c in sweep.cells() if only is None or c.name in only]
-    threads = max(
-        1, arithmetic.usable_cores() // min(max_parallel, max(1, len(cells)))
-    )  # each cell's share of the cores
+    running = min(max_parallel, max(1, len(cells)))
+    threads = max(1, arithmetic.usable_cores() // running)  # each cell's share of the cores
     report = SweepReport(root)
     lock = threading.Lock()  # Popen from several threads is safe; this only orders the results list
     results: dict[int, CellOutcome] = {}

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from repro.local.qwen2_forward import SharedPrompts, compact_forward
+from repro.local.qwen2_forward import CompactForward, SharedPrompts, compact_forward
 
 
 @dataclass
@@ -143,11 +143,11 @@ def sample(
         return []
     ids, mask = left_pad(prompts, pad_id)
     pos = positions(mask)
-    groups = prompt_groups(ids, mask) if share_prompts and _keeps_cache(model) else None
+    fast = compact_forward(model)
+    groups = prompt_groups(ids, mask) if share_prompts and _keeps_cache(model, fast) else None
     if groups is not None:
         first, group = groups
         ids, mask, pos = ids[first], mask[first], pos[first]
-    fast = compact_forward(model)
     if fast is not None:
         cache = fast.new_cache(ids.shape[0], ids.shape[1] + max_new_tokens)
         logits = fast(ids, mask, pos, cache, last_only=True)[:, -1, :]
@@ -221,14 +221,14 @@ def response_logprobs(
     the same values up to rounding, other bits, so only for callers whose numbers were made this way."""
     from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
+    fast = compact_forward(model)
     prompt = slice(0, batch.prompt_len)
     groups = None
-    if share_prompts and _keeps_cache(model):
+    if share_prompts and _keeps_cache(model, fast):
         groups = prompt_groups(batch.input_ids[:, prompt], batch.attention_mask[:, prompt])
     if groups is not None:
-        resp_logits = _shared_prompt_logits(model, batch, *groups).float()
+        resp_logits = _shared_prompt_logits(model, fast, batch, *groups).float()
     else:
-        fast = compact_forward(model)
         if fast is not None:
             logits = fast(batch.input_ids, batch.attention_mask, batch.position_ids)
         else:
@@ -242,12 +242,12 @@ def response_logprobs(
     return logp, entropy
 
 
-def _keeps_cache(model: torch.nn.Module) -> bool:
-    return compact_forward(model) is not None or "past_key_values" in inspect.signature(model.forward).parameters
+def _keeps_cache(model: torch.nn.Module, fast: CompactForward | None) -> bool:
+    return fast is not None or "past_key_values" in inspect.signature(model.forward).parameters
 
 
 def _shared_prompt_logits(
-    model: torch.nn.Module, batch: Batch, first: torch.Tensor, group: torch.Tensor
+    model: torch.nn.Module, fast: CompactForward | None, batch: Batch, first: torch.Tensor, group: torch.Tensor
 ) -> torch.Tensor:
     """The logits that predict each response token [rows, R, vocab], with each distinct prompt's forward run
     once (rows `first`) and its keys/values gathered for the rows of its `group`: the prompt's last position
@@ -257,7 +257,6 @@ def _shared_prompt_logits(
     p_ids, p_mask, p_pos = (t[first, :p] for t in (batch.input_ids, batch.attention_mask, batch.position_ids))
     r_ids, r_pos = batch.input_ids[:, p:-1], batch.position_ids[:, p:-1]
     mask = batch.attention_mask[:, :-1]
-    fast = compact_forward(model)
     if fast is not None:
         cache = SharedPrompts(group)
         head = fast(p_ids, p_mask, p_pos, cache, last_only=True)
