@@ -39,19 +39,19 @@ def run(name: str, out: Path, source: Path | None) -> tuple[float, float]:
     env = dict(os.environ)
     if source is not None:  # `python -m` puts its working folder first on the path: run from the other tree
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
-    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "repro.cli", "simulate", *COMMANDS[name], "--out", str(out)],
-        cwd=source or ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    if source is not None:
+        # which repro the baseline imports, checked before the clock starts
         origin = subprocess.run(
             [sys.executable, "-c", "import repro; print(repro.__file__)"], cwd=source, env=env,
             capture_output=True, text=True, check=True,
         ).stdout.strip()  # fmt: skip
         if not origin.startswith(str(source)):
             raise RuntimeError(f"the baseline ran {origin}, not the tree under {source}")
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "repro.cli", "simulate", *COMMANDS[name], "--out", str(out)],
+        cwd=source or ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - cpu.ru_utime) + (after.ru_stime - cpu.ru_stime)
