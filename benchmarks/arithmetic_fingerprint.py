@@ -49,6 +49,7 @@ def primitives() -> dict[str, Callable[[], object]]:
     import torch
     import torch.nn.functional as F
 
+    from repro.local import blas
     from repro.local.adamw import AdamW
 
     a, b = _inputs(1, 256, 300), _inputs(2, 300, 200)
@@ -101,6 +102,11 @@ def primitives() -> dict[str, Callable[[], object]]:
         rates = rng.beta(0.4, 1.1, 4096)
         return torch.from_numpy(np.concatenate([rates, rng.binomial(16, rates) / 16.0, rng.standard_normal(64)]))
 
+    def blas_linear_backward():  # the CPU trainer's products (repro.local.blas: numpy's OpenBLAS, Haswell kernels)
+        xx, ww, bb = (t.clone().requires_grad_(True) for t in (x, w, bias))
+        (blas.linear(xx.view(8, 8, 128), ww, bb) ** 2).sum().backward()
+        return torch.cat([xx.grad.flatten(), ww.grad.flatten(), bb.grad.flatten()])
+
     def attention():
         q, k, v = (_inputs(20 + i, 4, 2, 48, 32) for i in range(3))
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -138,6 +144,9 @@ def primitives() -> dict[str, Callable[[], object]]:
         "multinomial": multinomial,
         "numpy ufuncs (float32, float64)": numpy_ufuncs,
         "numpy Beta/Binomial draws": numpy_draws,
+        "OpenBLAS sgemm 256x300 @ 300x200": lambda: blas.linear(a, b.T.contiguous()),
+        "OpenBLAS sgemm, 3 rows": lambda: blas.linear(a[:3], b.T.contiguous()),
+        "OpenBLAS linear and backward": blas_linear_backward,
     }
 
 

@@ -334,10 +334,12 @@ def describe(record: dict[str, Any] | None = None) -> str:
     record = fingerprint() if record is None else record
     if not record.get("pinned"):
         return f"torch {record.get('torch')}, numpy {record.get('numpy')}, each library's own kernels (not pinned)"
+    replaced = record.get("replaced", {})
     return (
         f"torch {record.get('torch')}, numpy {record.get('numpy')}, pinned: ATen {record.get('ATEN_CPU_CAPABILITY')}, "
         f"MKL_CBWR={record.get('MKL_CBWR')}, oneDNN {record.get('ONEDNN_MAX_CPU_ISA')}, "
         f"{NUMPY_ENV}={record.get(NUMPY_ENV)}, "
         f"{record.get('OMP_NUM_THREADS')} thread a process"
-        + (", AdamW's square root in float64" if record.get("replaced", {}).get("adamw_sqrt") == "float64" else "")
+        + (", AdamW's square root in float64" if replaced.get("adamw_sqrt") == "float64" else "")
+        + (", OpenBLAS's Haswell products" if replaced.get("linear_matmul") == "openblas-haswell" else "")
     )

@@ -45,21 +45,41 @@ cat "$stage1_log"
 rm -f "$stage1_log"
 if [ "$stage1_ok" != 0 ]; then echo "main job: stage 1 (the simulations) failed; see above" >&2; exit "$stage1_ok"; fi
 
-# Each cell trains, then its evaluation stage (the sweep files' `eval:`) scores it, one cell per CPU core with one
-# torch thread each. The sweep files ask for every kept checkpoint, as the paper's protocol does; on 2 cores
-# the main job evaluates the final one (10 kept checkpoints a run would be 10x the evaluation time), and for
-# the hard set also steps 20 and 50, so `repro plot eval-curve` has a curve to draw:
-# `repro sweep eval sweeps/tiny.yaml --eval-checkpoints all` adds the rest.
-step "3/5 the grid and its evaluation: sweeps/tiny*.yaml, one cell per core"
-$repro sweep run sweeps/tiny.yaml --runs-root "$runs" --eval-checkpoints final
-$repro sweep run sweeps/tiny-hard.yaml --runs-root "$runs" --eval-checkpoints final
-# beyond the paper: async Seq-balance and the released Est, paired seed by seed with sweeps/tiny.yaml's cells
-$repro sweep run sweeps/tiny-beyond.yaml --runs-root "$runs" --eval-checkpoints final
-# the bench of other adaptive samplers (PODS, Knapsack RL, GRESO), paired with GRPO-n4, GRPO-n8 and DAPO there;
-# their equal-token readings come from the held-out accuracy every run logs while it trains
-$repro sweep run sweeps/tiny-bench.yaml --runs-root "$runs" --eval-checkpoints final
-# the curve over training for the hard set: two more of each run's kept checkpoints (the figure eval-curve)
-$repro sweep eval sweeps/tiny-hard.yaml --runs-root "$runs" --eval-checkpoints 20,50,100
+# Each cell trains, then its evaluation stage (the sweep files' `eval:`) scores it. The four sweep files share one
+# pool: one lane per CPU core, each lane going through all four files one cell at a time (one torch thread each),
+# and a cell another lane holds is left to it (`repro sweep run` skips a cell whose launch lock is taken), so no
+# core waits at the end of one file while another file has cells left. The sweep files ask for every kept
+# checkpoint, as the paper's protocol does; on 2 cores the main job evaluates the final one (10 kept checkpoints a
+# run would be 10x the evaluation time), and for the hard set also steps 20 and 50, so `repro plot eval-curve` has
+# a curve to draw: `repro sweep eval sweeps/tiny.yaml --eval-checkpoints all` adds the rest.
+lanes=$(.venv/bin/python -c 'from repro.arithmetic import usable_cores; print(usable_cores())')
+step "3/5 the grid and its evaluation: sweeps/tiny*.yaml, $lanes lanes (one per core)"
+lane() {
+  set -e
+  $repro sweep run sweeps/tiny.yaml --runs-root "$runs" --max-parallel 1 --eval-checkpoints final
+  $repro sweep run sweeps/tiny-hard.yaml --runs-root "$runs" --max-parallel 1 --eval-checkpoints 20,50,100
+  # beyond the paper: async Seq-balance and the released Est, paired seed by seed with sweeps/tiny.yaml's cells
+  $repro sweep run sweeps/tiny-beyond.yaml --runs-root "$runs" --max-parallel 1 --eval-checkpoints final
+  # the bench of other adaptive samplers (PODS, Knapsack RL, GRESO), paired with GRPO-n4, GRPO-n8 and DAPO there;
+  # their equal-token readings come from the held-out accuracy every run logs while it trains
+  $repro sweep run sweeps/tiny-bench.yaml --runs-root "$runs" --max-parallel 1 --eval-checkpoints final
+}
+lane_logs=$(mktemp -d -t repro-lanes.XXXXXX)
+lane_pids=()
+lane &  # lane 1 shows its tables here; lanes 2.. write to a log each, shown if one fails
+lane_pids+=($!)
+for i in $(seq 2 "$lanes"); do
+  lane > "$lane_logs/lane$i.log" 2>&1 &
+  lane_pids+=($!)
+done
+lanes_ok=0
+for pid in "${lane_pids[@]}"; do wait "$pid" || lanes_ok=$?; done
+if [ "$lanes_ok" != 0 ]; then  # a cell a lane ran failed (a lane skips only what another lane runs or has run)
+  cat "$lane_logs"/*.log 2>/dev/null || true
+  echo "main job: a cell of the grid failed (the lanes' tables above; repro status --sweep sweeps/tiny.yaml)" >&2
+  exit "$lanes_ok"
+fi
+rm -rf "$lane_logs"
 
 step "4/5 Ave@32 of the base model"
 $repro eval tiny-arith --runs-root "$runs"

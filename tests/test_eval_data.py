@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from repro import catalog
+from repro import arithmetic, catalog
 from repro.cli import main
 from repro.errors import ReproError
 from repro.evaluation import benchmarks as bench
@@ -177,6 +177,7 @@ def test_a_second_prompt_set_reuses_the_first_sets_pass_counts(tiny_env, tmp_pat
         return gen
 
     monkeypatch.setattr(generation, "make_generator", counting)
+    monkeypatch.setattr(arithmetic, "usable_cores", lambda: 1)  # sampled here, not by worker processes, to count
     base = ["data", "filter", "--base-samples", "8", "--limit", "100"]
     standard, hard = tmp_path / "tiny-arith-standard", tmp_path / "tiny-arith-hard"
     assert main([*base, "--pass-rate", "0.5", "--out", str(standard)]) == 0

@@ -83,5 +83,5 @@ def test_every_moment_the_code_pauses_at_is_named(moment) -> None:
 
     assert moment in MOMENTS
     root = Path(__file__).resolve().parents[1] / "repro"
-    calls = [p for p in root.rglob("*.py") if 'pause_at(' in p.read_text() and f'"{moment}"' in p.read_text()]
+    calls = [p for p in root.rglob("*.py") if "pause_at(" in p.read_text() and f'"{moment}"' in p.read_text()]
     assert calls, f"no pause_at({moment!r}) in repro/"

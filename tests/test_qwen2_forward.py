@@ -1,5 +1,7 @@
-"""repro.local.qwen2_forward computes transformers' bits: the prefill, decoding with a cache, after rows are dropped,
-the update's forward and its gradients, and so the sampler's tokens, on small random Qwen2 and Llama models."""
+"""repro.local.qwen2_forward computes transformers' forward: with torch's own products (`LINEAR = F.linear`) its
+bits, in the prefill, decoding with a cache, after rows are dropped, the update's forward and its gradients, and
+so the sampler's tokens, on small random Qwen2 and Llama models; with OpenBLAS's products (the trainer's) the same
+values within float32 rounding (the tests named *openblas*)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,18 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from repro.local import generate
+from repro.local import generate, qwen2_forward
 from repro.local.generate import left_pad, make_batch, positions, response_logprobs
 from repro.local.qwen2_forward import FORCE_TRANSFORMERS_ENV, CompactForward, compact_forward
 
 VOCAB, PAD, EOS = 40, 0, 2
+
+
+@pytest.fixture(autouse=True)
+def torch_products(request, monkeypatch) -> None:
+    """Every test but the *openblas* ones checks the rest of the forward bit for bit: with torch's products."""
+    if "openblas" not in request.node.name:
+        monkeypatch.setattr(qwen2_forward, "LINEAR", torch.nn.functional.linear)
 
 
 def qwen2(heads: int = 2, kv_heads: int = 1, seed: int = 0) -> torch.nn.Module:
@@ -242,3 +251,37 @@ def test_shared_prefill_samples_transformers_tokens(name: str, monkeypatch) -> N
     assert len({len(r) for r in fast}) > 3  # rows ended at different steps: compaction ran on the shared cache
     monkeypatch.setenv(FORCE_TRANSFORMERS_ENV, "1")
     assert draw() == fast
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_with_openblas_products_the_forward_and_gradients_are_transformers_values(name: str) -> None:
+    """The trainer's forward (OpenBLAS's products): the update's log-probs, entropy and every gradient within
+    float32 rounding of transformers', other bits, and the sampler's tokens where no draw sits on a boundary."""
+    assert qwen2_forward.LINEAR is not torch.nn.functional.linear
+    model = MODELS[name]().train()
+    batch = make_batch(prompts([5, 9, 7, 3]), prompts([3, 5, 1, 4], seed=3), PAD)
+    mask = batch.response_mask.bool()
+
+    def run() -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        model.zero_grad()
+        logp, entropy = response_logprobs(model, batch, with_entropy=True)
+        ((logp * batch.response_mask).sum() + (entropy * batch.response_mask).sum()).backward()
+        return logp.detach(), entropy.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(FORCE_TRANSFORMERS_ENV, "1")
+        ref = run()
+    ours = run()
+    assert not torch.equal(ours[0][mask], ref[0][mask])  # other kernels, other bits: the control
+    assert torch.allclose(ours[0][mask], ref[0][mask], atol=2e-5, rtol=0)
+    assert torch.allclose(ours[1][mask], ref[1][mask], atol=2e-5, rtol=0)
+    for n, grad in ref[2].items():
+        assert torch.allclose(ours[2][n], grad, atol=1e-4 * float(grad.abs().max()) + 1e-7, rtol=0), n
+    model.eval()
+    rows = prompts([5, 9, 7, 9, 3, 8] * 4)
+    kwargs = dict(max_new_tokens=16, eos_id=EOS, pad_id=PAD, generator=None)
+    uniforms = torch.rand((len(rows), 16), generator=torch.Generator().manual_seed(6))
+    fast = generate.sample(model, rows, uniforms=uniforms, **kwargs)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(FORCE_TRANSFORMERS_ENV, "1")
+        assert generate.sample(model, rows, uniforms=uniforms, **kwargs) == fast

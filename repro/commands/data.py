@@ -71,9 +71,13 @@ def filter_cmd(
 
       repro data filter --model qwen2.5-math-7b --pass-rate 0.125 --input RLHFlow/reinforce_ada_hard_prompt
     """
+    from contextlib import ExitStack
+
+    from repro.arithmetic import usable_cores
     from repro.data import filter as flt
     from repro.data.candidates import load_candidates
     from repro.evaluation.generation import make_generator
+    from repro.evaluation.generator_pool import GeneratorPool
     from repro.paths import repro_home
     from repro.prompting import template_for
 
@@ -109,12 +113,18 @@ def filter_cmd(
 
         # auto keeps transformers on a CPU (as `repro eval` does): vllm there is a choice, --backend vllm
         chosen = backend if backend != "auto" else ("vllm" if torch.cuda.is_available() else "transformers")
-        generator = make_generator(chosen, model_path, backbone.eval_max_new_tokens or 4096, template)
-        with progress_bar(err) as progress:
+        max_new = backbone.eval_max_new_tokens or 4096
+        cores = usable_cores()
+        with ExitStack() as stack, progress_bar(err) as progress:
+            if chosen == "transformers" and cores > 1:  # one torch thread a process: a worker per core
+                pool = stack.enter_context(GeneratorPool(cores, model_path, max_new, template))
+                generate, generate_all = pool.generate, pool.generate_all
+            else:
+                generate, generate_all = make_generator(chosen, model_path, max_new, template).generate, None
             task = progress.add_task(f"sampling {model} x{base_samples} per prompt", total=len(rows))
             counts = flt.sample_pass_counts(
                 rows,
-                generator.generate,
+                generate,
                 base_samples,
                 seed,
                 out_dir / "samples.jsonl",
@@ -122,6 +132,7 @@ def filter_cmd(
                 model=_model_identity(model, model_path),
                 template=template.key,
                 reuse=sorted(out_dir.parent.glob(f"{model}-*/samples.jsonl")),
+                generate_all=generate_all,
             )
         limit_correct = pass_rate * base_samples
         kept = [r for r in rows if 0 < counts[r.key] <= limit_correct + 1e-9]

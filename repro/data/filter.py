@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,6 +115,7 @@ def sample_pass_counts(
     model: str = "",
     template: str = "",
     reuse: Sequence[Path] = (),
+    generate_all: Callable[[list[tuple[list[str], int, int]]], Iterable[list[list[str]]]] | None = None,
 ) -> dict[str, int]:
     """Correct answers out of `samples` per prompt; resumable through the append-only `log`.
 
@@ -122,7 +123,11 @@ def sample_pass_counts(
     counts logged by another prompt set's filter (`reuse`: the hard set after the standard set) with the
     same model, samples and seed are taken too and copied into `log`: the base model samples each prompt
     once, which on a real backbone is most of the filter's GPU time. The prompt template is part of the
-    fingerprint: the same model asked another way is another pass rate."""
+    fingerprint: the same model asked another way is another pass rate.
+
+    Each chunk of `chunk` prompts is one `generate(problems, samples, seed)` call with a seed of its own, so
+    `generate_all` (the calls in order -> their results in order, e.g. `GeneratorPool.generate_all` over worker
+    processes) gives the same counts as calling `generate` chunk by chunk."""
     fingerprint = {"model": model, "template": template, "samples": samples, "seed": seed}
     counts = _logged_counts(log, fingerprint, own=True)
     borrowed: dict[str, int] = {}
@@ -139,9 +144,11 @@ def sample_pass_counts(
         todo = [r for r in rows if r.key not in counts]
         if on_done and len(rows) - len(todo):
             on_done(len(rows) - len(todo))
-        for start in range(0, len(todo), chunk):
+        starts = range(0, len(todo), chunk)
+        calls = [([r.problem for r in todo[s : s + chunk]], samples, seed * 1_000_003 + s) for s in starts]
+        results = generate_all(calls) if generate_all else (generate(*call) for call in calls)
+        for start, texts in zip(starts, results, strict=True):
             batch = todo[start : start + chunk]
-            texts = generate([r.problem for r in batch], samples, seed * 1_000_003 + start)
             lines = []
             for row, group in zip(batch, texts, strict=True):
                 correct = int(sum(compute_score(row.data_source, t, row.answer) for t in group))

@@ -105,8 +105,8 @@ class TransformersGenerator:
     `generate_seeded` gives every sample its own seed, as vLLM does: each row of one chunk-wide batch draws
     its tokens by inverse CDF from uniforms of its own torch.Generator (`repro.local.generate.sample`), so
     a response does not depend on the chunk, shard or resume that draws it, and batching stays as wide as
-    before. `generate(problems, n, seed)` keeps its one generator per call (the held-out evaluation during
-    training reproduces exactly that).
+    before. `generate(problems, n, seed)` keeps its one generator per call (the filter's pass counts, one seed a
+    chunk); both prefill each distinct prompt once for its samples (`share_prompts`).
 
     Rows per batch (`batch_rows`) come from memory unless `batch_size` fixes them: a row holds its KV cache
     for the longest prompt plus `max_new_tokens` and one step's logits, and 1024 rows of SmolLM2-135M with
@@ -182,7 +182,7 @@ class TransformersGenerator:
     def generate(self, problems: Sequence[str], n: int, seed: int) -> list[list[str]]:
         gen = self._torch.Generator().manual_seed(seed)
         prompts = [self.prompt_ids(p) for p in problems]
-        texts = self._sample([ids for ids in prompts for _ in range(n)], gen)
+        texts = self._sample([ids for ids in prompts for _ in range(n)], gen, share_prompts=True)
         return [texts[i * n : (i + 1) * n] for i in range(len(problems))]
 
     def generate_seeded(self, problems: Sequence[str], seeds: Sequence[Sequence[int]]) -> list[list[str]]:

@@ -93,21 +93,6 @@ def last_logits_only(model: torch.nn.Module) -> dict[str, int]:
     return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
 
 
-def _multinomial_in_place(
-    probs: torch.Tensor, rows: torch.Tensor, batch: int, generator: torch.Generator | None
-) -> torch.Tensor:
-    """One token per running row, drawn as `torch.multinomial` draws it for the whole uncompacted batch of
-    `batch` rows (the running ones at `rows`, finished ones given any distribution): for one sample a row,
-    torch takes an argmax of probs over exponential noise it draws for every entry of the tensor in order, so
-    a row's token depends on its position in the full batch, which this keeps."""
-    if len(rows) == batch:
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
-    full = probs.new_zeros((batch, probs.shape[-1]))
-    full[:, 0] = 1.0
-    full[rows] = probs
-    return torch.multinomial(full, 1, generator=generator).squeeze(1)[rows]
-
-
 @torch.no_grad()
 def sample(
     model: torch.nn.Module,
@@ -124,20 +109,21 @@ def sample(
 ) -> list[list[int]]:
     """One response per prompt (repeat a prompt to get several); each ends at EOS (included) or the cap.
 
-    `uniforms` ([prompts, max_new_tokens] in [0, 1)), when given, replaces `generator`: row i's token t is
-    the inverse CDF of its distribution at uniforms[i, t]. Each row then samples from its own numbers, so a
-    response does not depend on which other rows share its batch (evaluation seeds every sample on its own).
+    Row i's token t is the inverse CDF of its distribution at uniforms[i, t]: `uniforms` ([prompts,
+    max_new_tokens] in [0, 1)) when given (evaluation seeds every sample on its own), else one
+    `torch.rand((prompts, max_new_tokens), generator=generator)` drawn up front. One number a token, where
+    `torch.multinomial` draws exponential noise for every vocabulary entry of every row, finished ones too
+    (model 5's sampler: 10% of a Seq-balance step's CPU); and each row reads its own numbers, so a response
+    does not depend on which other rows are still running.
 
     `compact` drops finished rows from the running batch (cache, mask, positions; `compact_due` says when):
     most responses end long before the longest, and without it every step computes every row until the last
-    one ends. It changes no token: with `uniforms` each row reads its own numbers, and with `generator` every
-    step still draws for the whole batch (`_multinomial_in_place`), so each row gets the random numbers it got
-    before compaction existed and runs made before it (the committed results) are reproduced exactly.
+    one ends. It changes no token: each row reads its own numbers.
 
     `share_prompts` prefills each distinct prompt once and copies its cache to the rows that repeat it (n
     samples of a prompt): fewer FLOPs, other bits than a prefill of every row (a matmul's rows change with
-    their count under the pin), so only callers whose numbers were made this way ask for it (the CPU trainer,
-    its held-out check and the Ave@32 sampler; not the filter or the model build).
+    their count under the pin), so a caller asks for it: since model 6 every one does (the CPU trainer, its
+    held-out check, the Ave@32 sampler, the filter's pass counts, the model build's probe).
     A model that keeps no cache (the tests' stand-ins) prefills every row."""
     if not prompts:
         return []
@@ -158,18 +144,18 @@ def sample(
         cache = select_cache_rows(cache, group)
         logits, mask, pos = logits[group], mask[group], pos[group]
     batch = len(prompts)
+    if uniforms is None:
+        uniforms = torch.rand((batch, max_new_tokens), generator=generator)
     rows = torch.arange(batch)  # the original row of each running row
     done = torch.zeros(batch, dtype=torch.bool)
     tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long)
     last_pos = pos[:, -1]
     for t in range(max_new_tokens):
         probs = torch.softmax(logits.float() / temperature, dim=-1)
-        if uniforms is None:  # drawn over the whole batch, finished rows too: the generator's stream is kept
-            nxt = _multinomial_in_place(probs, rows, batch, generator)
-        else:  # inverse CDF; the clamp guards a cumulative sum that rounds below the row's uniform
-            cdf = probs.cumsum(dim=-1)
-            u = uniforms[rows, t : t + 1].to(cdf.dtype)
-            nxt = torch.searchsorted(cdf, u * cdf[:, -1:]).squeeze(1).clamp(max=probs.shape[-1] - 1)
+        # inverse CDF; the clamp guards a cumulative sum that rounds below the row's uniform
+        cdf = probs.cumsum(dim=-1)
+        u = uniforms[rows, t : t + 1].to(cdf.dtype)
+        nxt = torch.searchsorted(cdf, u * cdf[:, -1:]).squeeze(1).clamp(max=probs.shape[-1] - 1)
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         tokens[rows, t] = nxt
         done |= nxt == eos_id
@@ -219,7 +205,7 @@ def response_logprobs(
 
     `share_prompts` computes each distinct prompt once (`_shared_prompt_logits`) where rows repeat prompts:
     the same values up to rounding, other bits, so only for callers whose numbers were made this way."""
-    from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+    from verl.utils.torch_functional import entropy_from_logits
 
     fast = compact_forward(model)
     prompt = slice(0, batch.prompt_len)
@@ -237,9 +223,22 @@ def response_logprobs(
             ).logits
         # the logit at position t predicts token t+1: response tokens are predicted from P-1 .. P+R-2
         resp_logits = logits[:, batch.prompt_len - 1 : -1, :].float()
-    logp = logprobs_from_logits(resp_logits, batch.responses)
+    logp = token_logprobs(resp_logits, batch.responses)
     entropy = entropy_from_logits(resp_logits) if with_entropy else None
     return logp, entropy
+
+
+def token_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """verl's `logprobs_from_logits` on CPU float32 (`logprobs_from_logits_v2`: the label's logit minus the
+    row's logsumexp), with one logsumexp over all rows where verl loops over the batch to bound a GPU's peak
+    memory: 2,000 small calls and their backward a grpo-n16 step, 8% of its CPU. The same bits, forward and
+    backward (tests/test_token_logprobs.py compares it with verl's own function)."""
+    if logits.dtype not in (torch.float32, torch.float64):
+        from verl.utils.torch_functional import logprobs_from_logits
+
+        return logprobs_from_logits(logits, labels)
+    picked = torch.gather(logits, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
 
 
 def _keeps_cache(model: torch.nn.Module, fast: CompactForward | None) -> bool:

@@ -37,7 +37,7 @@ from repro.tasks.tiny_arith import LEVELS, Problem, build, make_problem
 
 # 4: the v3 model built under repro.arithmetic's pinned kernels (issue 35): a v3 folder holds whatever bits its
 # machine's kernels gave, so it is rebuilt rather than reused
-MODEL_VERSION = 5  # 5: AdamW with a correctly rounded sqrt (repro.local.adamw): v4 folders hold a CPU vendor's bits
+MODEL_VERSION = 6  # 6: OpenBLAS products (repro.local.blas); 5: AdamW with a correctly rounded sqrt (repro.local.adamw)
 
 
 @dataclass(frozen=True)
@@ -160,6 +160,7 @@ def pass_rates(
         eos_id=tokenizer.eos_token_id,
         pad_id=tokenizer.pad_token_id,
         generator=gen,
+        share_prompts=True,  # each problem prefilled once for its samples
     )
     texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
     scores = [

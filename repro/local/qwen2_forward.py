@@ -1,18 +1,19 @@
-"""A compact forward for transformers' Qwen2 and Llama causal LMs: the same bits, without the module machinery.
+"""A compact forward for transformers' Qwen2 and Llama causal LMs: transformers' ops, without the module machinery.
 
 A transformers forward spends 0.7-1 ms of CPU beyond its kernels (module calls, decorators, mask building,
 cache objects, output records); the CPU trainer makes ~65 a step. This module computes the same forward from
 the loaded model's own parameters (read, never copied or converted: the model stays an ordinary Hugging Face
 checkpoint that transformers, verl and vLLM load) with plain torch calls, and a preallocated KV cache for
 decoding. Measured on tiny-arith under the arithmetic pin (CPU ms, transformers -> compact): a decode step of
-8 rows 1.2 -> 0.5, of 256 rows 4.2 -> 3.1, a 256-row prefill of 22 tokens 49 -> 43. What is left is kernels:
-the matmuls (MKL's reproducible kernel), SDPA and the elementwise ops, whose bits fix them
-(benchmarks/bench_cpu_step.py).
+8 rows 1.2 -> 0.5, of 256 rows 4.2 -> 3.1, a 256-row prefill of 22 tokens 49 -> 43.
 
-Bit-identity is the point: the committed results were computed through transformers, and a chaotic training
-run amplifies a last-bit difference. So every op is the one transformers' Qwen2 code runs (transformers 5.x,
-sdpa attention), on tensors of the same shape, in the same order (autograd accumulates a tensor's gradients
-in the order of its uses, so the backward's bits depend on it too). Facts this relies on:
+The matrix products are the one thing it computes its own way: `LINEAR` (`repro.local.blas.linear`, OpenBLAS's
+pinned AVX2 kernels, 2-3x the rate of MKL's reproducible SSE2 branch that torch's F.linear runs under the pin).
+Those round differently from transformers' products, within float32 rounding of the same sums. Everything
+else is transformers' own op sequence, so with `LINEAR = F.linear` the forward and its backward are
+transformers' bit for bit (the tests check exactly that): every op is the one transformers' Qwen2 code runs
+(transformers 5.x, sdpa attention), on tensors of the same shape, in the same order (autograd accumulates a
+tensor's gradients in the order of its uses, so the backward's bits depend on it too). Facts this relies on:
 
 - RMSNorm: `w * (x * rsqrt(mean(x^2) + eps))`; rotary `cos`/`sin` from a batched matmul of
   `inv_freq` by positions (a K=1 product), concatenated with itself; `q*cos + rotate_half(q)*sin`.
@@ -22,11 +23,10 @@ in the order of its uses, so the backward's bits depend on it too). Facts this r
 - The cache is a concatenation along the sequence: decoding attends to all earlier keys in order. Ours are
   written into a preallocated buffer and read back as a strided view; SDPA's result does not depend on the
   key/value strides (the tests check this bitwise on this torch).
-- Shapes are part of the bits: under the pin, MKL's product for a row changes with the number of rows in the
-  matmul (F.linear of rows 0..m of a batch differs from the same rows computed in a larger one, for most m),
-  and silu's scalar tail differs from its vector body. So nothing here changes a tensor's shape, and rows
-  repeating one prompt share its forward (`SharedPrompts`: 2.5-3x fewer FLOPs a training step) only where the
-  caller asks for those other bits; transformers computes the same sharing through its cache, bit for bit.
+- Shapes are part of the bits: silu's scalar tail differs from its vector body, and under the pin MKL's
+  product for a row changes with the number of rows in the matmul. So nothing here changes a tensor's shape,
+  and rows repeating one prompt share its forward (`SharedPrompts`: 2.5-3x fewer FLOPs a training step) only
+  where the caller asks for those other bits; transformers computes the same sharing through its cache.
 
 Anything outside that (another attention implementation, sliding windows, scaled or dynamic rope, weights
 in another dtype, hooks, dropout in training, a subclass) returns None from `compact_forward`, and callers
@@ -42,7 +42,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from repro.local import blas
+
 FORCE_TRANSFORMERS_ENV = "REPRO_TRANSFORMERS_FORWARD"
+# every matrix product of the forward and its backward; tests set torch's F.linear here to compare the rest of the
+# forward with transformers' bit for bit
+LINEAR = blas.linear
 
 
 @dataclass(frozen=True)
@@ -188,6 +193,7 @@ class CompactForward:
         ]
         self.norm, self.norm_eps = inner.norm.weight, inner.norm.variance_epsilon
         self.head = _linear(model.lm_head)
+        self.linear = LINEAR
 
     def new_cache(self, rows: int, capacity: int) -> KVCache:
         return KVCache(len(self.layers), rows, self.kv_heads, capacity, self.head_dim, self.embed.dtype)
@@ -221,24 +227,24 @@ class CompactForward:
             residual = h
             x = _rms_norm(h, layer.norm1, layer.eps1)
             shape = (rows, q_len, -1, self.head_dim)
-            q = F.linear(x, *layer.q).view(shape).transpose(1, 2)
-            k = F.linear(x, *layer.k).view(shape).transpose(1, 2)
-            v = F.linear(x, *layer.v).view(shape).transpose(1, 2)
+            q = self.linear(x, *layer.q).view(shape).transpose(1, 2)
+            k = self.linear(x, *layer.k).view(shape).transpose(1, 2)
+            v = self.linear(x, *layer.v).view(shape).transpose(1, 2)
             q = (q * cos) + (_rotate_half(q) * sin)
             k = (k * cos) + (_rotate_half(k) * sin)
             if cache is not None:
                 k, v = cache.extend(i, k, v, past)
             a = self._attend(q, k, v, mask)
             a = a.transpose(1, 2).contiguous().reshape(rows, q_len, -1).contiguous()
-            h = residual + F.linear(a, *layer.o)
+            h = residual + self.linear(a, *layer.o)
             residual = h
             x = _rms_norm(h, layer.norm2, layer.eps2)
-            x = F.linear(F.silu(F.linear(x, *layer.gate)) * F.linear(x, *layer.up), *layer.down)
+            x = self.linear(F.silu(self.linear(x, *layer.gate)) * self.linear(x, *layer.up), *layer.down)
             h = residual + x
         if cache is not None:
             cache.length = kv_len
         h = _rms_norm(h, self.norm, self.norm_eps)
-        return F.linear(h[:, -1:, :] if last_only else h, *self.head)
+        return self.linear(h[:, -1:, :] if last_only else h, *self.head)
 
     def _rotary(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.no_grad():
