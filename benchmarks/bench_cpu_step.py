@@ -1,30 +1,34 @@
 """Where a CPU training step's seconds go, and how close each stage runs to the matmul rate, per method.
 
 Each method's cell trains the cached tiny-arith model for a few steps (`CpuTrainer.train_step`, no
-checkpoints) twice, each in a fresh process (neither inherits the other's warm caches: the grader's parsed
-answers, sympy's), from the same weights and seed: once through transformers' own forward
-(REPRO_TRANSFORMERS_FORWARD=1) and once through the compact one (`repro.local.qwen2_forward`). Both must
-compute the same bits, so the benchmark also checks that the two runs end with identical weights.
+checkpoints), once per path, each in a fresh process (none inherits another's warm caches: the grader's parsed
+answers, sympy's), from the same weights and seed:
+- transformers: transformers' own forward (REPRO_TRANSFORMERS_FORWARD=1), torch's products (MKL);
+- compact-torch: the compact forward (`repro.local.qwen2_forward`) with torch's F.linear for its products, which
+  must compute transformers' bits (the benchmark checks the two runs end with identical weights);
+- compact: the compact forward with OpenBLAS's products (`repro.local.blas`), the trainer's path since model 6:
+  other bits, so it prints how far its weights end from the others'.
 
 Per stage (generate: `sample`; grade: the reward function; update: old log-probs and the PPO mini-batches;
 other: the rest of the step, batching, the sampler, decoding text; held-out: the periodic evaluation, timed
 once per path after the first method's steps), it prints the CPU seconds per step, the model FLOPs actually
-computed (every `F.linear`, 2 x rows x in x out, and SDPA, 4 x rows x heads x queries x keys x head dim; under
+computed (every linear, 2 x rows x in x out, and SDPA, 4 x rows x heads x queries x keys x head dim; under
 autograd three times that, the backward's two matmuls per linear and about twice attention's forward), the
-achieved FLOP/s, the matmul rate, and the bound ratio: the seconds `torch.mm` alone needs in this process for
-those same matmuls (forward and backward ones each in its own layout, timed right after each run at powers
-of two of rows and interpolated; attention's FLOPs at the stage's matmul rate) over the stage's seconds. 1.0
-would be a stage that does nothing but its matmuls at the library's rate; under the arithmetic pin that rate
-is MKL's reproducible (COMPATIBLE) kernel's, the bound for any path that computes transformers' bits. The
-isolated timing keeps its operands in cache, so the ratio is an upper view of the headroom: in the step the
-same matmuls run on fresh activations, beside whatever shares the core.
+achieved FLOP/s, the matmul rate, and the bound ratio: the seconds the path's own product (`torch.mm`, or
+`repro.local.blas`'s numpy one) alone needs in this process for those same matmuls (forward and backward ones
+each in its own layout, timed right after each run at powers of two of rows and interpolated; attention's
+FLOPs at the stage's matmul rate) over the stage's seconds. 1.0 would be a stage that does nothing but its
+matmuls at the library's rate; under the arithmetic pin torch's rate is MKL's reproducible (COMPATIBLE)
+kernel's, OpenBLAS's that of its pinned Haswell kernels. The isolated timing keeps its operands in cache, so
+the ratio is an upper view of the headroom: in the step the same matmuls run on fresh activations, beside
+whatever shares the core.
 
     python benchmarks/bench_cpu_step.py [--steps 4] [--methods grpo-n4,grpo-n16,seq-balance | all]
-        [--paths transformers,compact] [--batch N]
+        [--paths transformers,compact-torch,compact] [--batch N]
 
 Seconds are this process's CPU seconds (`time.process_time`; one torch thread), which a loaded machine
 disturbs far less than the wall clock. The first step of each run is left out (one-off imports and
-allocations). Compare the two paths within one run.
+allocations). Compare the paths within one run.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ import torch.nn.functional as F  # noqa: E402
 from repro import catalog  # noqa: E402
 from repro.cell import resolve_cell  # noqa: E402
 from repro.cell_config import resolve_cpu_config  # noqa: E402
+from repro.local import blas, qwen2_forward  # noqa: E402
 from repro.local import trainer as trainer_module  # noqa: E402
 from repro.local.qwen2_forward import FORCE_TRANSFORMERS_ENV  # noqa: E402
 from repro.rundir import RunDir  # noqa: E402
@@ -59,7 +64,9 @@ from repro.rundir import RunDir  # noqa: E402
 # clock measures the neighbours' load as much as the step (a run beside a test loop saw 4x swings between runs)
 clock = time.process_time
 STAGES = ("generate", "grade", "update", "other", "step", "held-out")
-PATHS = {"transformers": "1", "compact": "0"}  # the value of REPRO_TRANSFORMERS_FORWARD
+# per path: REPRO_TRANSFORMERS_FORWARD, and whose products the compact forward computes with
+PATHS = {"transformers": ("1", "torch"), "compact-torch": ("0", "torch"), "compact": ("0", "openblas")}
+PRODUCTS_ENV = "BENCH_CPU_STEP_PRODUCTS"  # the child's: torch or openblas
 
 
 class Meter:
@@ -132,10 +139,16 @@ METER = Meter()
 _linear, _sdpa = F.linear, F.scaled_dot_product_attention
 
 
-def _counted_linear(x, weight, bias=None):
-    grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    METER.linear(x.numel() // x.shape[-1], weight.shape[1], weight.shape[0], grad)
-    return _linear(x, weight, bias)
+def _counting(linear: Callable) -> Callable:
+    def counted(x, weight, bias=None):
+        grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+        METER.linear(x.numel() // x.shape[-1], weight.shape[1], weight.shape[0], grad)
+        return linear(x, weight, bias)
+
+    return counted
+
+
+_counted_linear = _counting(_linear)
 
 
 def _counted_sdpa(q, k, v, *args, **kwargs):
@@ -145,22 +158,23 @@ def _counted_sdpa(q, k, v, *args, **kwargs):
 
 
 class MatmulRate:
-    """Seconds of one `torch.mm` in the layout autograd runs it (the forward: [rows, k] by a stored [n, k]
-    weight transposed; the input's gradient: [rows, n] by [n, k]; the weight's: [rows, n] transposed by
-    [rows, k]), timed at powers of two of rows and interpolated between them."""
+    """Seconds of one product (`torch.mm`, or `repro.local.blas`'s) in the layout autograd runs it (the forward:
+    [rows, k] by a stored [n, k] weight transposed; the input's gradient: [rows, n] by [n, k]; the weight's:
+    [rows, n] transposed by [rows, k]), timed at powers of two of rows and interpolated between them."""
 
-    def __init__(self) -> None:
+    def __init__(self, product: Callable = torch.mm) -> None:
         self._timed: dict[tuple[str, int, int, int], float] = {}
+        self.product = product
 
     def _time(self, kind: str, rows: int, k: int, n: int) -> float:
         key = (kind, rows, k, n)
         if key not in self._timed:
             x, w, g = torch.randn(rows, k), torch.randn(n, k), torch.randn(rows, n)
             a, b = {"forward": (x, w.t()), "grad_input": (g, w), "grad_weight": (g.t(), x)}[kind]
-            torch.mm(a, b)
+            self.product(a, b)
             reps, t0 = 0, clock()
             while reps < 5 or clock() - t0 < 0.02:
-                torch.mm(a, b)
+                self.product(a, b)
                 reps += 1
             self._timed[key] = (clock() - t0) / reps
         return self._timed[key]
@@ -207,8 +221,8 @@ def run_cell(method: str, steps: int, batch: int | None, root: Path, heldout: bo
         with METER.timed("held-out"):
             trainer.heldout(trainer.model, config.seed, steps)
         total.add(METER)
-    # the matmul rate measured right after the run, in the same stretch of the machine's load
-    rate = MatmulRate()
+    # the matmul rate of the path's own product, measured right after the run, in the same stretch of load
+    rate = MatmulRate(blas._matmul if os.environ.get(PRODUCTS_ENV) == "openblas" else torch.mm)
     total.bound = {stage: bound_seconds(rate, total, stage) for stage in list(total.seconds)}
     return total, trainer.model.state_dict()
 
@@ -216,6 +230,8 @@ def run_cell(method: str, steps: int, batch: int | None, root: Path, heldout: bo
 def run_one(args: argparse.Namespace) -> None:
     """The child process of one (method, path) run: its meter as JSON and its final weights into --out."""
     F.linear, F.scaled_dot_product_attention = _counted_linear, _counted_sdpa
+    # the compact forward's products (read when a forward is built): counted either way
+    qwen2_forward.LINEAR = _counting(blas.linear) if os.environ.get(PRODUCTS_ENV) == "openblas" else _counted_linear
     out = Path(args.out)
     meter, weights = run_cell(args.run_one, args.steps, args.batch, out, args.heldout)
     record = {key: dict(getattr(meter, key)) for key in ("seconds", "flops", "attn_flops", "bound")}
@@ -229,7 +245,8 @@ def run_child(method: str, path: str, args: argparse.Namespace, out: Path, heldo
     command = [sys.executable, __file__, "--run-one", method, "--out", str(out), "--steps", str(args.steps)]
     command += ["--batch", str(args.batch)] if args.batch else []
     command += ["--heldout"] if heldout else []
-    subprocess.run(command, check=True, env={**os.environ, FORCE_TRANSFORMERS_ENV: PATHS[path]})
+    forced, products = PATHS[path]
+    subprocess.run(command, check=True, env={**os.environ, FORCE_TRANSFORMERS_ENV: forced, PRODUCTS_ENV: products})
     meter = Meter()
     for key, values in json.loads((out / "meter.json").read_text()).items():
         getattr(meter, key).update(values)
@@ -261,7 +278,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4, help="steps per run; the first is left out")
     parser.add_argument("--methods", default="grpo-n4,grpo-n16,seq-balance", help="comma-separated, or all")
-    parser.add_argument("--paths", default="transformers,compact", help="transformers, compact or both")
+    parser.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, of {', '.join(PATHS)}")
     parser.add_argument("--batch", type=int, default=None, help="prompts per step (default: the cell's)")
     parser.add_argument("--run-one", help=argparse.SUPPRESS)  # a child: this method, the path from the env
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -287,14 +304,20 @@ def main() -> None:
             for path in paths:
                 out = Path(tmp) / f"{method}-{path}"
                 meters[path], weights[path] = run_child(method, path, args, out, index == 0)
-            same = ""
-            if len(weights) == 2:
-                a, b = weights.values()
+            notes = []
+            if "transformers" in weights and "compact-torch" in weights:
+                a, b = weights["transformers"], weights["compact-torch"]
                 equal = all(torch.equal(a[k], b[k]) for k in a)
-                same = f" | weights after {args.steps} steps bitwise equal on both paths: {'yes' if equal else 'NO'}"
+                notes.append(f"weights after {args.steps} steps bitwise transformers': {'yes' if equal else 'NO'}")
+            if "compact" in weights and len(weights) > 1:
+                other = next(p for p in weights if p != "compact")
+                a, b = weights["compact"], weights[other]
+                worst = max(float((a[k] - b[k]).abs().max()) for k in a)
+                notes.append(f"OpenBLAS's weights within {worst:.1e} of {other}'s")
             step = {p: m.seconds["step"] / (args.steps - 1) for p, m in meters.items()}
-            speed = f" | step speed-up {step[paths[0]] / step[paths[1]]:.2f}x" if len(paths) == 2 else ""
-            print(f"\n== {method}{same}{speed}", flush=True)
+            if len(paths) > 1:
+                notes.append(f"step speed-up {paths[0]} -> {paths[-1]}: {step[paths[0]] / step[paths[-1]]:.2f}x")
+            print(f"\n== {method}" + "".join(f" | {n}" for n in notes), flush=True)
             print("\n".join(table(meters, args.steps - 1)), flush=True)
 
 

@@ -177,3 +177,37 @@ def test_sweep_eval_without_an_eval_section_is_one_line(tmp_path, capsys) -> Non
     sweep = _sweep(tmp_path, "")
     assert main(["sweep", "eval", str(sweep), "--runs-root", str(tmp_path / "runs")]) == 2
     assert "has no 'eval:' section" in capsys.readouterr().err
+
+
+def test_a_cell_another_sweep_holds_is_not_evaluated_twice(tmp_path, monkeypatch) -> None:
+    """Two sweeps that both find a cell trained and not yet evaluated (one just trained it, the other reached
+    it after) used to start its evaluation both, and the second failed on the first's lock. The evaluation
+    takes the cell's launch lock as training does: held elsewhere, it is "running elsewhere", not a failure;
+    evaluated meanwhile, it is "done"; free, it runs."""
+    from repro.launch import eval_stage, local
+
+    sweep = load_sweep(_sweep(tmp_path, "eval:\n  k: 2\n  checkpoints: final\n"))
+    cell = sweep.cells()[0]
+    root = tmp_path / "runs"
+    (root / cell.name).mkdir(parents=True)
+    done = {"now": False}
+    ran: list[str] = []
+    monkeypatch.setattr(local, "_run_state", lambda path: "finished")
+    monkeypatch.setattr(eval_stage, "eval_done", lambda path, spec: (done["now"], []))
+    monkeypatch.setattr(eval_stage, "eval_running", lambda path: False)
+    monkeypatch.setattr(eval_stage, "run_local_eval", lambda path, *a, **k: ran.append(path.name) or (0, ""))
+
+    def evaluate() -> local.CellOutcome:
+        outcome = local.CellOutcome(cell, cell.name, "skipped", message="already finished")
+        local._evaluate(outcome, sweep, root, "python", 1)
+        return outcome
+
+    with local.claim_cell(root, cell.name) as fd:  # the other sweep, between its training and its evaluation
+        assert fd is not None
+        held = evaluate()
+    assert (held.eval_outcome, held.eval_message) == ("running elsewhere", "another sweep holds its launch lock")
+    assert ran == []
+    free = evaluate()
+    assert free.eval_outcome == "finished" and ran == [cell.name]
+    done["now"] = True
+    assert evaluate().eval_outcome == "done" and ran == [cell.name]

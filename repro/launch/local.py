@@ -255,8 +255,17 @@ def _evaluate(
     if eval_running(path):
         outcome.eval_outcome, outcome.eval_message = "running elsewhere", "another repro eval holds its lock"
         return
-    started = time.perf_counter()
-    code, tail = run_local_eval(path, sweep.eval, launch_dir(root), python, threads, workers)
+    # the cell's launch lock, as for training: two sweeps that both find a cell trained and not evaluated (one
+    # that just trained it, one that reached it after) must not both start its evaluation
+    with claim_cell(root, outcome.name) as fd:
+        if fd is None:
+            outcome.eval_outcome, outcome.eval_message = "running elsewhere", "another sweep holds its launch lock"
+            return
+        if eval_done(path, sweep.eval)[0]:  # another sweep evaluated it since the first look
+            outcome.eval_outcome, outcome.eval_message = "done", "records complete"
+            return
+        started = time.perf_counter()
+        code, tail = run_local_eval(path, sweep.eval, launch_dir(root), python, threads, workers)
     outcome.eval_seconds = time.perf_counter() - started
     if code == 0:
         outcome.eval_outcome = "finished"

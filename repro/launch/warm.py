@@ -12,9 +12,10 @@ files for stdout and stderr and the fds the process keeps (the cell's launch loc
 files on fds 1 and 2 (stdin is /dev/null, as the worker's own), keeps the lock fd at the launcher's number, drops
 the worker's socket, seeds numpy's and torch's global generators anew (a cold process seeds both from the OS when
 they load; Python's `random` reseeds itself in a fork), unblocks the signals the worker holds and runs the module
-as `python -m` runs it (`runpy`, `__main__`, sys.argv). Its exit is the interpreter's: SystemExit's code, atexit
-handlers, flushed streams. The worker is its parent: it reaps it (a pidfd per child) and reports its pid when it
-starts and its exit code when it ends, a negative signal number when a signal killed it, as `subprocess` does.
+as `python -m` runs it (`runpy`, `__main__`, sys.argv). Its exit is the interpreter's (SystemExit's code, atexit
+handlers, flushed streams, SIGINT on an uncaught Ctrl-C) without the teardown of every module (`_quick_exit`).
+The worker is its parent: it reaps it (a pidfd per child) and reports its pid when it starts and its exit code
+when it ends, a negative signal number when a signal killed it, as `subprocess` does.
 
 The worker keeps SIGTERM, SIGINT and SIGHUP blocked (its children unblock them): the sweep's process group getting
 a TERM interrupts each cell as before, and the worker outlives it to reap them; it exits when the launcher's end
@@ -30,6 +31,7 @@ names `repro.cli` in the command it runs: a process boundary, not an import the 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import json
@@ -42,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +73,11 @@ PRELOAD: dict[tuple[str, str], tuple[str, ...]] = {
         "repro.evaluation.shards",
         "repro.local.generate",
         "repro.local.model",
+        # what TransformersGenerator's AutoModelForCausalLM resolves to (2 s of each evaluation's CPU, measured),
+        # and the comparisons its grading worker makes
+        "transformers.models.auto.modeling_auto",
+        "transformers.models.qwen2.modeling_qwen2",
+        "math_verify",
     ),
 }
 
@@ -271,11 +279,53 @@ def serve_main(args: Sequence[str]) -> int:
     _become(request, mask)
     how, what = request.message["how"], request.message["what"]
     # the command's own exit from here on: SystemExit's code, an uncaught exception's traceback and exit 1
-    if how == "module":
-        runpy.run_module(what, run_name="__main__", alter_sys=True)
-    else:
-        runpy.run_path(what, run_name="__main__")
-    return 0
+    try:
+        if how == "module":
+            runpy.run_module(what, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(what, run_name="__main__")
+        code: int = 0
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+    except KeyboardInterrupt:
+        traceback.print_exc()  # as the interpreter ends on an uncaught Ctrl-C: its traceback, then SIGINT
+        _quick_exit(0, then_signal=signal.SIGINT)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    _quick_exit(code)
+    return code  # not reached
+
+
+def _exit_code(code: object) -> int:
+    """The exit status the interpreter gives `sys.exit(code)`: None 0, an int itself, anything else printed, 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _quick_exit(code: int, then_signal: int | None = None) -> None:
+    """The interpreter's exit without its teardown: the command's non-daemon threads joined and its atexit
+    handlers run (multiprocessing's stops its children there, logging's flushes its handlers), the standard
+    streams flushed, then `os._exit`. Tearing down every module and object of a trainer's or an evaluation's
+    process (torch, transformers, sympy) took ~0.8 s of CPU each, 90 times in the main job; nothing in it
+    writes: the commands close their own files (tests/test_warm_workers.py compares a cell's and its
+    evaluation's files with a cold run's)."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    if then_signal is not None:
+        signal.signal(then_signal, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {then_signal})
+        os.kill(os.getpid(), then_signal)
+    os._exit(code)
 
 
 # ---- the launcher's side ----------------------------------------------------------------------------------
