@@ -23,10 +23,11 @@ tensor's gradients in the order of its uses, so the backward's bits depend on it
 - The cache is a concatenation along the sequence: decoding attends to all earlier keys in order. Ours are
   written into a preallocated buffer and read back as a strided view; SDPA's result does not depend on the
   key/value strides (the tests check this bitwise on this torch).
-- Shapes are part of the bits: silu's scalar tail differs from its vector body, and under the pin MKL's
-  product for a row changes with the number of rows in the matmul. So nothing here changes a tensor's shape,
-  and rows repeating one prompt share its forward (`SharedPrompts`: 2.5-3x fewer FLOPs a training step) only
-  where the caller asks for those other bits; transformers computes the same sharing through its cache.
+- Shapes are part of the bits: silu's scalar tail differs from its vector body, and a row's product (MKL's
+  under the pin, and OpenBLAS's) changes with the number of rows in the matmul. So nothing here changes a
+  tensor's shape, and rows repeating one prompt share its forward (`SharedPrompts`: 2.5-3x fewer FLOPs a
+  training step) only where the caller asks for those other bits; transformers computes the same sharing
+  through its cache.
 
 Anything outside that (another attention implementation, sliding windows, scaled or dynamic rope, weights
 in another dtype, hooks, dropout in training, a subclass) returns None from `compact_forward`, and callers
