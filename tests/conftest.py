@@ -28,6 +28,7 @@ _OWN_TEMP = pytest.StashKey[Path]()  # the base temp folder the session made its
 XDIST_GROUPS = {
     "smollm2": "smollm2",
     "verl_sweep": "verl_sweep",
+    "dapo_control": "verl_sweep",  # test_verl_engine's module fixture: one worker, as its control test's sweep
     "slurm": "clusters",
     "ray_address": "clusters",
     "async_run": "verl_async",  # module fixtures: a module's tests split over workers would each build it

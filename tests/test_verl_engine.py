@@ -36,9 +36,10 @@ def _argv(runs: Path, method: str, steps: int, *sets: str) -> list[str]:
     return argv
 
 
-def _run(env: dict, runs: Path, method: str, steps: int, *sets: str) -> Path:
+def _run(env: dict, runs: Path, method: str, steps: int, *sets: str, args: tuple[str, ...] = ()) -> Path:
     with verl_slots():
-        proc = subprocess.run(_argv(runs, method, steps, *sets), env=env, capture_output=True, text=True, timeout=600)
+        argv = [*_argv(runs, method, steps, *sets), *args]
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return runs / f"tiny-arith__{method}__standard__s0"
 
@@ -165,35 +166,11 @@ def kill_after_step(argv: list[str], env: dict, run: Path, step: int, log: Path,
 # A policy that moves every step (STRONG, a large step on the entropy bonus): with weight sync the rollout
 # server samples from the policy verl trains, so the rollout/training log-prob gap stays at rounding level;
 # with the updates dropped (the control) the server keeps the initial weights and the gap grows. The synced
-# run is the suite's sweep cell (the same 3 steps, batch, AUDIT, NO_WARMUP and STRONG), so only the control
-# trains here.
+# run is the suite's sweep cell (the same 3 steps, batch, AUDIT, NO_WARMUP and STRONG). The control is a DAPO
+# run on the pool's easiest prompts, which is also the DAPO test's run: DAPO's refills, cap and counts do not
+# depend on which weights the server samples with, and a verl run costs about 2 min of start-up on 2 cores.
 DROP = "+ray_kwargs.ray_init.runtime_env.env_vars.REPRO_CPU_ROLLOUT_DROP_UPDATES=1"
 STAND_IN = "actor_rollout_ref.rollout.name=cpu"  # repro.verl_plugin.cpu_rollout instead of vLLM
-
-
-@pytest.fixture(scope="module")
-def control_runs(verl_env, verl_sweep, tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("verl_control")
-    assert STEPS == 3
-    dropped = _run(verl_env, root / "dropped", "grpo-n4", STEPS, *STRONG, DROP)
-    return verl_sweep.run("grpo-n4"), dropped
-
-
-def test_grpo_n4_keeps_the_rollout_on_policy_and_the_control_drifts(control_runs):
-    synced, dropped = control_runs
-    kl_synced = {s: abs(d["rollout_corr/kl"]) for s, d in _metrics(synced).items()}
-    kl_dropped = {s: abs(d["rollout_corr/kl"]) for s, d in _metrics(dropped).items()}
-    assert sorted(kl_synced) == sorted(kl_dropped) == [1, 2, 3]
-    assert max(kl_synced.values()) < 0.01, kl_synced
-    assert kl_dropped[1] < 0.01  # step 1 samples from the initial weights in both runs
-    # the control drifts once the weights it keeps are a step behind (not always more at step 3 than at 2)
-    assert min(kl_dropped[2], kl_dropped[3]) > 10 * max(kl_synced.values()), kl_dropped
-    events = audit.read("rollout", dropped / "metrics" / "attempt-001.jsonl")
-    # verl starts vLLM on dummy weights, so the first sync (step 0) always loads; every later one is dropped
-    assert [e["event"] for e in events] == ["start", "update", "dropped", "dropped", "dropped"]
-    # GRPO-n4 draws exactly n = 4 responses per prompt, no adaptive rounds
-    for data in _metrics(synced).values():
-        assert data["response_length/mean"] > 0 and "sampler/responses_total" not in data
 
 
 def _easy_prompts(home: Path, out: Path) -> Path:
@@ -209,16 +186,36 @@ def _easy_prompts(home: Path, out: Path) -> Path:
     return out
 
 
-@pytest.mark.heavy
-def test_dapo_refills_through_the_plugin_manager_with_its_cap_and_metrics(verl_env, tiny_home, tmp_path):
-    easy = _easy_prompts(tiny_home, tmp_path / "easy.parquet")
-    argv = [*_argv(tmp_path / "runs", "dapo", 2), "--train-file", str(easy)]
-    with verl_slots():
-        proc = subprocess.run(argv, env=verl_env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run = tmp_path / "runs" / "tiny-arith__dapo__standard__s0"
+@pytest.fixture(scope="module")
+def dapo_control(verl_env, tiny_home, tmp_path_factory) -> Path:
+    """DAPO on the easy prompts, STEPS steps with STRONG and every weight update after the first dropped."""
+    root = tmp_path_factory.mktemp("verl_dapo_control")
+    easy = _easy_prompts(tiny_home, root / "easy.parquet")
+    assert STEPS == 3
+    return _run(verl_env, root / "runs", "dapo", STEPS, *STRONG, DROP, args=("--train-file", str(easy)))
+
+
+def test_the_rollout_stays_on_policy_and_a_run_without_weight_sync_drifts(verl_sweep, dapo_control):
+    synced, dropped = verl_sweep.run("grpo-n4"), dapo_control
+    kl_synced = {s: abs(d["rollout_corr/kl"]) for s, d in _metrics(synced).items()}
+    kl_dropped = {s: abs(d["rollout_corr/kl"]) for s, d in _metrics(dropped).items()}
+    assert sorted(kl_synced) == sorted(kl_dropped) == [1, 2, 3]
+    assert max(kl_synced.values()) < 0.01, kl_synced
+    assert kl_dropped[1] < 0.01  # step 1 samples from the initial weights in both runs
+    # the control drifts once the weights it keeps are a step behind (not always more at step 3 than at 2)
+    assert min(kl_dropped[2], kl_dropped[3]) > 10 * max(kl_synced.values()), kl_dropped
+    events = audit.read("rollout", dropped / "metrics" / "attempt-001.jsonl")
+    # verl starts vLLM on dummy weights, so the first sync (step 0) always loads; every later one is dropped
+    assert [e["event"] for e in events] == ["start", "update", "dropped", "dropped", "dropped"]
+    # GRPO-n4 draws exactly n = 4 responses per prompt, no adaptive rounds
+    for data in _metrics(synced).values():
+        assert data["response_length/mean"] > 0 and "sampler/responses_total" not in data
+
+
+def test_dapo_refills_through_the_plugin_manager_with_its_cap_and_metrics(dapo_control):
+    run = dapo_control
     metrics = _metrics(run)
-    assert sorted(metrics) == [1, 2]
+    assert sorted(metrics) == [1, 2, 3]
     for data in metrics.values():
         batches, kept = data["dapo/num_gen_batches"], data["dapo/kept_prompts"]
         assert 1 <= batches <= 10  # METHODS.md's cap (max_num_gen_batches), which verl's v1 trainer ignores
@@ -228,7 +225,6 @@ def test_dapo_refills_through_the_plugin_manager_with_its_cap_and_metrics(verl_e
         dropped = data["dapo/dropped_all_correct"] + data["dapo/dropped_all_wrong"] + data["dapo/discarded_surplus"]
         assert kept + dropped == data["dapo/prompts_drawn"]
         assert data["dapo/cap_hit"] == float(kept < BATCH)
-        assert abs(data["rollout_corr/kl"]) < 0.01
     assert (run / "hydra").is_dir() and not (Path.cwd() / "outputs").exists()  # Hydra's folder in the run
 
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
 
 from repro.console import stdout_console
 from repro.errors import ReproError
 from repro.report.schema import DEFAULT_RESULTS, WEIGHTED_AVERAGE
+
+if TYPE_CHECKING:
+    import pandas as pd  # not at run time: every `repro` process imports this module to build the CLI
 
 app = typer.Typer(
     help=(

@@ -12,7 +12,6 @@ from repro.atomic import write_text
 from repro.commands.table import load_table
 from repro.console import stderr_console
 from repro.errors import ReproError
-from repro.report import report as builder
 from repro.report.schema import DEFAULT_RESULTS
 
 
@@ -40,6 +39,8 @@ def report(
 
       repro report --results results --out results/REPORT.md
     """
+    from repro.report import report as builder  # pandas: not for every `repro` process that builds the CLI
+
     eval_df = load_table(results, "eval")
     try:
         training_df = load_table(results, "training")

@@ -5,17 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
 from rich.markup import escape
 
 from repro.atomic import write_text
 from repro.console import stderr_console, stdout_console
 from repro.errors import ReproError
-from repro.report import tables
 from repro.report.schema import DEFAULT_RESULTS
+
+if TYPE_CHECKING:
+    import pandas as pd
+# pandas and repro.report.tables are imported where used: every `repro` process (and every child a `python -m
+# repro.cli` spawns) imports this module to build the CLI, and most never draw a table
 
 app = typer.Typer(
     help="The paper's tables from results/ (`repro collect`), measured numbers beside the paper's.",
@@ -56,6 +59,8 @@ MeasuredOnlyOpt = Annotated[
 
 def load_table(results: Path, name: str) -> pd.DataFrame:
     """results/<name>.parquet (or .csv when only that is there); a missing one is a ReproError."""
+    import pandas as pd
+
     hint = "run `repro collect` first"
     if not results.is_dir():
         raise ReproError(f"no results in {results}; {hint}")
@@ -69,6 +74,8 @@ def load_table(results: Path, name: str) -> pd.DataFrame:
 
 
 def _render(df: pd.DataFrame, fmt: Format) -> str:
+    from repro.report import tables
+
     if fmt is Format.markdown:
         return tables.to_markdown(df)
     if fmt is Format.latex:
@@ -77,6 +84,8 @@ def _render(df: pd.DataFrame, fmt: Format) -> str:
 
 
 def _emit(df: pd.DataFrame, fmt: Format, out: Path | None, title: str) -> None:
+    from repro.report import tables
+
     if fmt is Format.terminal:
         file_format = None
         if out is not None:
@@ -102,6 +111,8 @@ def _emit(df: pd.DataFrame, fmt: Format, out: Path | None, title: str) -> None:
 
 def _note_missing(df: pd.DataFrame, prefix: str, keys: tuple[str, ...]) -> None:
     """One dim line on stderr naming the rows with no measured number, grouped by backbone."""
+    from repro.report import tables
+
     labels = tables.missing_measured(df)
     if not labels:
         return
@@ -159,6 +170,8 @@ def weighted_average(
 
       repro table weighted-average --results results --format markdown
     """
+    from repro.report import tables
+
     _run(
         lambda: tables.weighted_average_table(
             load_table(results, "eval"), prompt_set, checkpoint, measured_only=measured_only
@@ -190,6 +203,8 @@ def step_time(
 
       repro table step-time --format markdown --out step_time.md
     """
+    from repro.report import tables
+
     _run(
         lambda: tables.step_time_table(load_table(results, "training"), prompt_set, measured_only=measured_only),
         fmt,
@@ -219,6 +234,8 @@ def sampling(
 
       repro table sampling --prompt-set hard --format csv --out sampling.csv
     """
+    from repro.report import tables
+
     _run(
         lambda: tables.sampling_table(load_table(results, "training"), prompt_set),
         fmt,

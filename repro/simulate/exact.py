@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import binom
 
 from repro.sampling.rules import exit_met, required_negatives, required_positives
 from repro.sampling.spec import SamplerSpec
@@ -38,6 +37,8 @@ class SeqExact:
 
 
 def seq_exact(p: np.ndarray, spec: SamplerSpec) -> SeqExact:
+    from scipy.stats import binom  # here, not at the top: every `repro` process (and spawned child) imports this module
+
     p = np.asarray(p, dtype=float)
     m, rounds = spec.round_size, spec.max_rounds
     width = m * rounds + 1
@@ -80,6 +81,8 @@ def dapo_expected_batches(q: float, batch: int, gen_batch: int, cap: int) -> flo
     P(more than b batches needed) = P(Binomial(b * gen_batch, q) < batch); summing that survival
     function over b < cap gives the (capped) expectation.
     """
+    from scipy.stats import binom
+
     limit = cap if cap > 0 else 10_000
     total = 0.0
     for b in range(limit):
