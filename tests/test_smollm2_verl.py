@@ -41,6 +41,7 @@ def test_a_run_syncs_every_step_and_its_final_checkpoint_is_evaluated_and_tabled
     runs, run = tmp_path / "runs", tmp_path / "runs" / CELL
     argv = [sys.executable, "-m", "repro.cli", "run", "--model", KEY, "--method", "seq-balance", "--engine", "verl"]
     argv += ["--steps", "2", "--batch", "2", "--runs-root", str(runs), "--set", "data.max_response_length=24"]
+    argv += ["--set", "trainer.save_freq=2"]  # the final checkpoint only: a 135M model's save is ~2 GB to write
     argv += ["--train-file", str(_sums(tmp_path / "sums.parquet"))]
     with verl_slots(SLOTS):  # about 14 GB while it trains: alone among the suite's verl runs
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
