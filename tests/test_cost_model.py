@@ -159,3 +159,22 @@ def test_plugin_rollout_against_the_emulated_server_draws_the_exact_seq_pool_siz
     assert observed[~keep].sum() == 0
     _chi2, p = stats.chisquare(observed[keep], expected[keep] * observed.sum() / expected[keep].sum())
     assert p > 1e-3, (observed, expected)
+
+
+def test_simulate_cost_converts_each_methods_tokens_into_grpo_n4_steps(capsys) -> None:
+    """Every response exactly 800 tokens (sigma 0, one median): GRPO-n16 generates 4x GRPO-n4's tokens a step,
+    so the paper's 600 steps of it are 2,400 GRPO-n4 steps; --train-steps changes the length converted."""
+    import json
+
+    args = ["simulate", "cost", "--methods", "grpo-n4,grpo-n16", "--steps", "1", "--batch", "16", "--replicas", "1",
+            "--capacity", "32", "--len-correct", "800", "--len-incorrect", "800", "--len-sigma", "0",
+            "--no-overlap"]  # fmt: skip
+    for extra, steps in (([], 600), (["--train-steps", "100"], 100)):
+        assert main([*args, *extra, "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        rows = {r["method"]: r for r in doc["methods"]}
+        assert doc["settings"]["train_steps"] == steps
+        assert rows["grpo-n4"]["generated_tokens"] == 16 * 4 * 800
+        assert rows["grpo-n16"]["tokens_ratio_to_grpo_n4"] == 4.0
+        assert rows["grpo-n4"]["grpo_n4_steps_at_equal_tokens"] == steps
+        assert rows["grpo-n16"]["grpo_n4_steps_at_equal_tokens"] == 4 * steps

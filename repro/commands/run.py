@@ -64,6 +64,15 @@ def run(
     seed: Annotated[int, typer.Option("--seed", help="RL seed: data order, sampling, sampler choices.")] = 0,
     steps: Annotated[int | None, typer.Option("--steps", min=1, help="Training steps (default: catalog).")] = None,
     batch: Annotated[int | None, typer.Option("--batch", min=1, help="Prompts per step (default: catalog).")] = None,
+    until_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--until-tokens",
+            min=1,
+            help="A generation budget: end at the first step whose cumulative generated tokens reach it (saved "
+            "there); --steps is then only a cap. How a baseline is trained to another method's compute.",
+        ),
+    ] = None,
     runs_root: Annotated[Path, typer.Option("--runs-root", help="Folder holding one folder per run.")] = (
         DEFAULT_RUNS_ROOT
     ),
@@ -144,6 +153,8 @@ def run(
 
       repro run --model tiny-arith --method grpo-n4 --steps 20 --seed 1
 
+      repro run --model tiny-arith --method grpo-n4 --until-tokens 800000 --steps 2000 --run-dir runs/n4-800k
+
       repro run --model tiny-arith --method est --dry-run
 
       repro run --model tiny-arith --method seq-balance --async   # sampling overlapped with the update
@@ -185,6 +196,12 @@ def run(
     if model_path is not None:
         check_model_path(model_path)
     path = run_dir or runs_root / cell.name
+    if until_tokens is not None:
+        if cell.engine == "verl":
+            raise ReproError(
+                "--until-tokens is the CPU trainer's for now; on verl, pass the step that reaches the budget as --steps"
+            )
+        sets = [*(sets or []), f"until_tokens={until_tokens}"]
     if cell.engine == "verl":
         verl_sets = {**parse_sets(sets or []), **verl_size_sets(steps, batch)}
         if require_flash_attn:
@@ -237,7 +254,9 @@ def _train(cell: ResolvedCell, config, path: Path, overwrite: bool, note: str | 
     trainer = None
     started = time.perf_counter()
     rewards: list[float] = []
-    total = config.train.total_training_steps
+    budget = config.train.until_tokens  # with a token budget the bar counts tokens, else steps
+    total_steps = config.train.total_training_steps
+    total = budget or total_steps
     try:
         with progress_bar(
             err,
@@ -250,15 +269,14 @@ def _train(cell: ResolvedCell, config, path: Path, overwrite: bool, note: str | 
                 rewards.append(metrics["sampler/first_draw_reward_mean"])
                 progress.update(
                     task,
-                    completed=step,
+                    completed=trainer.tokens_generated if budget else step,
                     reward=metrics["sampler/first_draw_reward_mean"],
                     samples=metrics["sampler/responses_total"],
                 )
 
             trainer = CpuTrainer(config, rundir, on_step=on_step, loggers=loggers)
-            progress.update(
-                task, completed=trainer.rundir.latest_checkpoint()[0] if trainer.rundir.latest_checkpoint() else 0
-            )
+            latest = trainer.rundir.latest_checkpoint()
+            progress.update(task, completed=latest[0] if latest and not budget else 0)
             last = trainer.fit(metrics_path)
     except StopRequested as stop:  # the allocation is ending; the job script requeues on STOPPED_EXIT
         moment = "starting" if trainer is None or trainer.moment == "starting" else f"after step {stop.step}"
@@ -289,6 +307,9 @@ def _train(cell: ResolvedCell, config, path: Path, overwrite: bool, note: str | 
         f"finished {path} at step {last} in {seconds:.0f}s; mean reward of each prompt's first draw over "
         f"{window} steps: {head:.3f} at the start of this attempt -> {tail:.3f} at the end"
     )
+    if budget:
+        reached = "reached" if trainer.budget_reached() else f"NOT reached at the --steps cap {total_steps}: raise it"
+        stdout_console().print(f"token budget {budget:,} {reached} ({trainer.tokens_generated:,} generated)")
 
 
 def _run_verl(

@@ -297,6 +297,14 @@ def cost(
             "cells run, see repro/catalog/async_schedule.yaml; verl's default is 1).",
         ),
     ] = 2,
+    train_steps: Annotated[
+        int | None,
+        typer.Option(
+            "--train-steps",
+            min=1,
+            help="The run length the 'n4 steps' column converts (default: the paper's, from the catalog).",
+        ),
+    ] = None,
     seed: SeedOpt = 0,
     jobs: JobsOpt = 0,
     as_json: JsonOpt = False,
@@ -320,7 +328,9 @@ def cost(
     time relative to GRPO-n4's synchronous step (paper's value in brackets); the async step and its ratio
     to the same reference, with the most updates a trained prompt's first request was behind; the floor
     (the step's tokens at peak throughput plus its update) as a ratio; the two lower bounds on generation
-    (tokens at peak throughput, the longest chain of one prompt's batches); generation over the tighter one.
+    (tokens at peak throughput, the longest chain of one prompt's batches); generation over the tighter one;
+    "n4 steps": the GRPO-n4 steps that generate as many tokens as the method's --train-steps (the paper's 600):
+    how long a GRPO-n4 baseline trains to match the method's compute.
 
     Examples:
 
@@ -340,6 +350,8 @@ def cost(
     from repro.simulate.engine import ServerModel
     from repro.simulate.overlap import STEADY_MIN_STEPS
 
+    if train_steps is None:
+        train_steps = int(catalog.hyperparameters()["total_training_steps"].value)
     rates = _rates(pass_at_1, pass_at_k, k, alpha, beta, pass_rates)
     server = ServerModel(replicas, capacity, t0, t1, prefill, prompt_tokens)
     lengths = LengthModel(len_correct, len_incorrect, len_sigma, max_tokens)
@@ -359,7 +371,12 @@ def cost(
         "seed": seed,
         "overlap": overlap,
         "ahead": ahead,
+        "train_steps": train_steps,
     }
+    for r in results:
+        r.grpo_n4_steps_at_equal_tokens = (
+            None if r.tokens_ratio_to_grpo_n4 is None else round(r.tokens_ratio_to_grpo_n4 * train_steps)
+        )
     doc = {
         "pass_rates": rates.to_dict(),
         "settings": settings,
@@ -378,13 +395,14 @@ def cost(
         "async: the overlapped schedule over this run (steady: a long run's step, the mean gap between updates "
         f"without the first and last, with --steps {STEADY_MIN_STEPS + 2} or more; stale: most updates a trained "
         "prompt was behind); floor: tokens at peak throughput + update, over the same reference; bound: tokens / "
-        "peak; chain: longest chain of one prompt",
+        f"peak; chain: longest chain of one prompt; n4 steps: GRPO-n4 steps generating the tokens of {train_steps} "
+        "of the method's",
     )
     ref = next((r for r in results if r.method == "grpo-n4"), None)
     columns = ["method", "responses", "tokens", "gen s", "train s", "step s", "ratio"]
     if overlap:
         columns += ["async s", "async ratio", "steady", "stale", "floor"]
-    columns += ["bound s", "chain s", "gen/bound"]
+    columns += ["bound s", "chain s", "gen/bound", "n4 steps"]
     for col in columns:
         table.add_column(col, justify="left" if col == "method" else "right")
     for r in results:
@@ -408,5 +426,6 @@ def cost(
                 "—" if ref is None else f"{r.floor_s / ref.step_s:.2f}",
             ]
         row += [f"{r.lower_bound_s:.1f}", f"{r.critical_path_s:.1f}", f"{r.generation_over_both_bounds:.2f}"]
+        row += ["—" if r.grpo_n4_steps_at_equal_tokens is None else f"{r.grpo_n4_steps_at_equal_tokens:,}"]
         table.add_row(*row)
     stdout_console().print(table)

@@ -92,14 +92,17 @@ def status(
         shown = es.state + (f" {100 * es.weighted:.1f}%" if es.weighted is not None else "")
         notes = (cs.reason, _attention(path), f"eval: {es.reason}" if es.reason and es.state != "off" else "")
         reasons = [r for r in notes if r]
-        rows.append((name, cs, job, _lost(path), es, shown, "; ".join(reasons), _ends(path)))
+        rows.append((name, cs, job, _lost(path), es, shown, "; ".join(reasons), _ends(path), _tokens(path)))
     # the steps-lost, eval and allocation-end columns only where they say something, so the reason keeps its width
     show_lost = any(lost not in ("", "0") for _, _, _, lost, *_ in rows)
     show_ends = any(len(ends) > 1 for *_, ends in rows)
     show_eval = spec is not None or any(es.state != "off" for _, _, _, _, es, *_ in rows)
+    show_tokens = any(row[-1] for row in rows)
     table = Table(title=f"runs in {runs_root}" + (f" for {sweep}" if sweep else ""))
     for column, justify in (("cell", "left"), ("state", "left"), ("attempts", "right"), ("job", "left")):
         table.add_column(column, justify=justify)
+    if show_tokens:
+        table.add_column("tokens / budget", justify="right")
     if show_lost:
         table.add_column("steps lost", justify="right")
     if show_eval:
@@ -107,8 +110,9 @@ def status(
     if show_ends:
         table.add_column("allocation ends", overflow="fold")
     table.add_column("reason", overflow="fold")
-    for name, cs, job, lost, es, shown, reason, ends in rows:
+    for name, cs, job, lost, es, shown, reason, ends, tokens in rows:
         row = [name, Text(cs.state, style=_STYLE.get(cs.state, "")), str(cs.attempts), job]
+        row += [tokens] if show_tokens else []
         row += [lost] if show_lost else []
         row += [Text(shown, style=_STYLE.get(es.state, ""))] if show_eval else []
         row += [Text("; ".join(ends))] if show_ends else []
@@ -132,6 +136,26 @@ def _attention(path: Path) -> str:
     if not isinstance(used, dict):
         return ""
     return f"attention: {used.get('used')} instead of {used.get('asked')} ({used.get('why', '')})"
+
+
+def _tokens(path: Path) -> str:
+    """A run with a token budget (`repro run --until-tokens`): the tokens it generated so far over the budget;
+    '' for a run without one (or a folder without a readable config)."""
+    import yaml
+
+    from repro.rundir import RunDir
+    from repro.sampling.metrics import GENERATED
+
+    try:
+        config = yaml.safe_load((path / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return ""
+    train = config.get("train") if isinstance(config, dict) else None
+    budget = train.get("until_tokens", 0) if isinstance(train, dict) else 0
+    if not budget:
+        return ""
+    done = sum(data.get(GENERATED, 0.0) for data in RunDir(path).read_metrics().by_step.values())
+    return f"{done:,.0f} / {budget:,} ({min(100.0, 100.0 * done / budget):.0f}%)"
 
 
 def _lost(path: Path) -> str:

@@ -45,6 +45,12 @@ class CpuTrainConfig:
     # beyond the paper: generate step t+1 with the weights before update t, in a thread while update t runs
     # (one step stale, importance-corrected as verl's async trainers do); `repro run --async`
     async_rollout: bool = False
+    # a generation budget (0 = none): the run ends at the first step whose cumulative generated tokens reach it,
+    # total_training_steps being then only a cap; a compute-matched baseline (`repro run --until-tokens`)
+    until_tokens: int = 0
+    # token counts whose first step's checkpoint is kept whatever save_freq says: the points at which a
+    # compute-matched comparison or a curve against tokens reads the run
+    keep_tokens: list[int] = field(default_factory=list)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Setting], overrides: dict[str, Any]) -> CpuTrainConfig:
@@ -55,7 +61,11 @@ class CpuTrainConfig:
         if unknown:
             raise ReproError(f"unknown training setting(s) {unknown}; valid: {', '.join(sorted(known))}")
         values.update({k: v for k, v in overrides.items() if v is not None})
-        missing = [f.name for f in fields(cls) if f.name not in values and f.default is MISSING]
+        missing = [
+            f.name
+            for f in fields(cls)
+            if f.name not in values and f.default is MISSING and f.default_factory is MISSING
+        ]
         if missing:
             raise ReproError(f"settings {missing} have no value in the catalog; report this as a bug")
         for f in fields(cls):
@@ -79,6 +89,10 @@ class CpuTrainConfig:
                 f"<= {HELDOUT_MAX_PER_TIER} (the smallest test tier); got {cfg.eval_every}, {cfg.heldout_samples}, "
                 f"{cfg.heldout_per_tier}"
             )
+        if not isinstance(cfg.keep_tokens, list) or not all(isinstance(t, int) and t > 0 for t in cfg.keep_tokens):
+            raise ReproError(f"keep_tokens must be a list of token counts > 0, got {cfg.keep_tokens!r}")
+        if cfg.until_tokens < 0:
+            raise ReproError(f"until_tokens must be a number of tokens >= 0 (0 = no budget), got {cfg.until_tokens}")
         if cfg.temperature != 1.0 or cfg.top_p != 1.0:
             raise ReproError("the CPU sampler implements temperature 1.0 / top-p 1.0 only (the paper's setting)")
         return cfg

@@ -50,6 +50,7 @@ from repro.reward import compute_score
 from repro.rundir import MetricsWriter, RunDir
 from repro.rundir.pause import pause_at
 from repro.sampling import Memory, SamplerSpec, StepSampler, estimator_for, policy_for
+from repro.sampling.metrics import GENERATED
 
 PENDING_FILE = "pending_step.pt"  # async schedule: the next step's batch, sampled before this step's update
 
@@ -230,6 +231,8 @@ class CpuTrainer:
                 template_for(config.backbone),
             )
         self.step = 0
+        self.tokens_generated = 0  # every step's tokens/generated so far: what a token budget is measured against
+        self.kept_steps: set[int] = set()  # the first steps to reach each of keep_tokens: never pruned
         self.moment = "starting"  # where the trainer is: what an attempt ended by a signal records
         self._pending: Sampled | None = None  # async: the next step's sampling, done while this one trained
         self._behaviour: torch.nn.Module | None = None  # async: the weights the next step samples with
@@ -248,6 +251,8 @@ class CpuTrainer:
                 "scheduler": self.scheduler.state_dict(),
                 "generator": self.generator.get_state(),
                 "loader": self.loader.state_dict(),
+                "tokens_generated": self.tokens_generated,
+                "kept_steps": sorted(self.kept_steps),
             },
             staging / "trainer_state.pt",
         )
@@ -257,7 +262,7 @@ class CpuTrainer:
             torch.save(self._pending, staging / PENDING_FILE)
         (staging / "metrics.json").write_text(json.dumps({"step": step, "data": metrics}))
         self.rundir.commit_checkpoint(step, staging)
-        self.rundir.prune_checkpoints(keep_every=self.train.save_freq, keep_last=1)
+        self.rundir.prune_checkpoints(keep_every=self.train.save_freq, keep_last=1, also=self.kept_steps)
 
     def restore(self) -> dict | None:
         """Load the latest checkpoint; returns its step's metrics record (to re-log if it was lost)."""
@@ -277,12 +282,24 @@ class CpuTrainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.generator.set_state(state["generator"])
         self.loader.load_state_dict(state["loader"])
+        self.tokens_generated = state.get("tokens_generated")
+        if self.tokens_generated is None:  # a checkpoint from before budgets: the run's own metrics lines have it
+            self.tokens_generated = self._tokens_logged_through(step)
+        self.kept_steps = set(state.get("kept_steps", ()))
         if self.estimator is not None:
             self.estimator = policy_for(self.spec).load_memory(folder / "estimator.json")
         pending = folder / PENDING_FILE
         self._pending = torch.load(pending, weights_only=False) if pending.exists() else None
         self.step = step
         return json.loads((folder / "metrics.json").read_text())
+
+    def _tokens_logged_through(self, step: int) -> int:
+        by_step = self.rundir.read_metrics().by_step
+        return int(sum(data.get(GENERATED, 0.0) for s, data in by_step.items() if s <= step))
+
+    def budget_reached(self) -> bool:
+        """The run's generation budget (`until_tokens`) is spent: it ends at this step."""
+        return 0 < self.train.until_tokens <= self.tokens_generated
 
     # ---- one step ------------------------------------------------------------------------------
     def _generate(
@@ -339,7 +356,7 @@ class CpuTrainer:
         responses = [pools[int(s)][int(i)] for s, i in zip(result.slot, result.index, strict=True)]
         batch = make_batch(prompts, responses, self.tokenizer.pad_token_id)
         # the step's compute, as the verl plugin logs it too: every response drawn, and those in the update
-        result.metrics["tokens/generated"] = float(sum(len(r) for pool in pools.values() for r in pool))
+        result.metrics[GENERATED] = float(sum(len(r) for pool in pools.values() for r in pool))
         result.metrics["tokens/trained"] = float(batch.response_mask.sum())
         adv = torch.tensor(result.advantage, dtype=torch.float32)[:, None] * batch.response_mask
         timing["adv"] = time.perf_counter() - t0
@@ -487,10 +504,14 @@ class CpuTrainer:
                     # step the time limit could cut, and let the job requeue
                     discard_request(self.rundir.path)
                     stopped = self.step
-                todo = range(self.step + 1, last + 1) if stopped is None else range(0)
+                todo = range(self.step + 1, last + 1) if stopped is None and not self.budget_reached() else range(0)
                 for step in todo:
                     self.moment = f"step {step}"
                     metrics = self._async_step(step, last) if self.train.async_rollout else self.train_step(step)
+                    before = self.tokens_generated
+                    self.tokens_generated += int(metrics[GENERATED])
+                    if any(before < t <= self.tokens_generated for t in self.train.keep_tokens):
+                        self.kept_steps.add(step)  # before the save: the checkpoint holds both
                     if self.heldout is not None and is_eval_step(step, self.train.eval_every, last):
                         # after the update, so it scores the model saved as this step's checkpoint
                         metrics.update(self.heldout(self.model, self.config.seed, step))
@@ -504,6 +525,8 @@ class CpuTrainer:
                     self.step = step
                     if self.on_step:
                         self.on_step(step, metrics)
+                    if self.budget_reached():
+                        break  # the first step that reaches the budget is the run's last, saved above
                     if step < last and stop_request(self.rundir.path) is not None:
                         # the allocation is ending: this step's checkpoint is saved above (every step is a
                         # save step here), so stopping now loses nothing

@@ -46,6 +46,7 @@ from repro.errors import ReproError
 from repro.evaluation.runner import BASE_MODEL, MODEL_EVAL_MARKER, RELEASED_CHECKPOINT
 from repro.report.schema import RUN_KEYS, TABLES, WEIGHTED_AVERAGE
 from repro.rundir import RunDir, read_attempts
+from repro.sampling.metrics import GENERATED
 
 LOCK_NAME = ".collect.lock"
 RUNS_COLUMNS = (
@@ -324,7 +325,6 @@ def _read_run(folder: Path, warnings: list[str]) -> tuple[RunInfo, list[dict], l
     return info, training, evals
 
 
-GENERATED = "tokens/generated"
 GENERATED_CUMULATIVE = "tokens/generated_cumulative"  # the x axis of the bench's matched-compute comparison
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from repro.atomic import fsync_dir, write_text
@@ -96,15 +97,15 @@ class RunCheckpoints(RunLayout):
             shutil.rmtree(old, ignore_errors=True)
         return final
 
-    def prune_checkpoints(self, keep_every: int, keep_last: int = 1) -> list[int]:
+    def prune_checkpoints(self, keep_every: int, keep_last: int = 1, also: Iterable[int] = ()) -> list[int]:
         """Delete complete checkpoints that are neither among the newest `keep_last`, nor a multiple of
-        `keep_every`, nor the one the tracker file names; clear stale hidden work dirs. Returns the
-        deleted steps. Incomplete global_step_* dirs are left alone (they may be verl's)."""
+        `keep_every`, nor in `also`, nor the one the tracker file names; clear stale hidden work dirs. Returns
+        the deleted steps. Incomplete global_step_* dirs are left alone (they may be verl's)."""
         if keep_every < 1 or keep_last < 0:
             raise ValueError(f"need keep_every >= 1 and keep_last >= 0, got {keep_every}, {keep_last}")
         complete = self._complete_steps()
         keep = set(sorted(complete)[-keep_last:]) if keep_last else set()
-        keep |= {s for s in complete if s % keep_every == 0}
+        keep |= {s for s in complete if s % keep_every == 0} | set(also)
         latest = self.latest_checkpoint()
         if latest is not None:
             keep.add(latest[0])

@@ -13,6 +13,7 @@ from repro.sampling.result import StepResult
 from repro.sampling.rules import required_negatives, required_positives
 
 PREFIX = "sampler"
+GENERATED = "tokens/generated"  # the tokens a step generated (both engines): the compute axis, a run's token budget
 
 
 def step_metrics(

@@ -168,6 +168,8 @@ class MethodCost:
     async_ratio_to_grpo_n4: float | None = None  # over GRPO-n4's synchronous step, as the paper's ratios are
     async_steady_step_s: float | None = None  # a long run's async step (repro.simulate.overlap); None if too few
     async_steady_ratio_to_grpo_n4: float | None = None
+    tokens_ratio_to_grpo_n4: float | None = None  # generated tokens a step over GRPO-n4's: its compute in GRPO-n4 steps
+    grpo_n4_steps_at_equal_tokens: int | None = None  # that ratio times a run's length (`repro simulate cost`)
 
     @property
     def floor_s(self) -> float:
@@ -277,10 +279,12 @@ def simulate_cost(
 
 
 def add_ratios(rows: list[MethodCost], reference: str = "grpo-n4") -> None:
-    """Every step time over the reference method's synchronous step, the paper's Table 2 convention."""
+    """Every step time over the reference method's synchronous step, the paper's Table 2 convention; and every
+    step's generated tokens over the reference's (how many reference steps generate as much)."""
     ref = next((r for r in rows if r.method == reference), None)
     for row in rows:
         row.ratio_to_grpo_n4 = row.step_s / ref.step_s if ref else None
+        row.tokens_ratio_to_grpo_n4 = row.generated_tokens / ref.generated_tokens if ref else None
         if row.async_step_s is not None:
             row.async_ratio_to_grpo_n4 = row.async_step_s / ref.step_s if ref else None
         if row.async_steady_step_s is not None:

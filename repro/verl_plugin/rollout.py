@@ -49,6 +49,7 @@ from verl.experimental.agent_loop import get_trajectory_info
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
 from repro.rundir import MetricsWriter, sampler_file
+from repro.sampling.metrics import GENERATED
 from repro.sampling.policies import policy_for
 from repro.sampling.spec import SamplerSpec
 from repro.verl_plugin import audit, pool_stats, state
@@ -345,7 +346,7 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
         counts = [c or {} for c in counts]
         metrics = {
             **metrics,
-            "tokens/generated": float(sum(c.get("generated", 0) for c in counts)),
+            GENERATED: float(sum(c.get("generated", 0) for c in counts)),
             "tokens/trained": float(sum(c.get("trained", 0) for c in counts)),
         }
         if batch >= 0:  # async: overlap, and the responses an abort cut and verl's client resumed
