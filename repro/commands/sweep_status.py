@@ -95,7 +95,7 @@ def status(
         rows.append((name, cs, job, _lost(path), es, shown, "; ".join(reasons), _ends(path), _tokens(path)))
     # the steps-lost, eval and allocation-end columns only where they say something, so the reason keeps its width
     show_lost = any(lost not in ("", "0") for _, _, _, lost, *_ in rows)
-    show_ends = any(len(ends) > 1 for *_, ends in rows)
+    show_ends = any(len(ends) > 1 for *_, ends, _tokens in rows)
     show_eval = spec is not None or any(es.state != "off" for _, _, _, _, es, *_ in rows)
     show_tokens = any(row[-1] for row in rows)
     table = Table(title=f"runs in {runs_root}" + (f" for {sweep}" if sweep else ""))
