@@ -282,20 +282,15 @@ class CpuTrainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.generator.set_state(state["generator"])
         self.loader.load_state_dict(state["loader"])
-        self.tokens_generated = state.get("tokens_generated")
-        if self.tokens_generated is None:  # a checkpoint from before budgets: the run's own metrics lines have it
-            self.tokens_generated = self._tokens_logged_through(step)
-        self.kept_steps = set(state.get("kept_steps", ()))
+        # always there: a run saved before budgets has no until_tokens in its config, so its resume is refused
+        self.tokens_generated = state["tokens_generated"]
+        self.kept_steps = set(state["kept_steps"])
         if self.estimator is not None:
             self.estimator = policy_for(self.spec).load_memory(folder / "estimator.json")
         pending = folder / PENDING_FILE
         self._pending = torch.load(pending, weights_only=False) if pending.exists() else None
         self.step = step
         return json.loads((folder / "metrics.json").read_text())
-
-    def _tokens_logged_through(self, step: int) -> int:
-        by_step = self.rundir.read_metrics().by_step
-        return int(sum(data.get(GENERATED, 0.0) for s, data in by_step.items() if s <= step))
 
     def budget_reached(self) -> bool:
         """The run's generation budget (`until_tokens`) is spent: it ends at this step."""
