@@ -30,6 +30,7 @@ ENGINES = ("local", "verl")  # CPU backbones: the CPU trainer, or verl's real tr
 PRESETS = ("paper", "released")
 RELEASED_EST = "est-released"  # the method whose sampler `--preset released` gives every Est cell
 DEFAULT = "catalog default"  # the provenance of a value nobody typed
+MATCHED_SUFFIX = "__matched"  # a compute-matched long run's folder: its reference run's name and this
 _CELL_RE = re.compile(r"(?P<backbone>.+?)__(?P<method>.+?)__(?P<prompt_set>.+?)__s(?P<seed>\d+)")
 
 
@@ -61,6 +62,22 @@ def model_path_label(model: str, model_path: str) -> str:
 
 
 @dataclass(frozen=True)
+class Extension:
+    """A long run of a finished cell to a generation budget (`repro run --extend REF --until-tokens N`): the
+    budget, the token counts whose checkpoints it keeps, and a cap on its steps."""
+
+    until_tokens: int
+    keep_tokens: tuple[int, ...]
+    steps: int
+
+    def args(self, reference: Path) -> list[str]:
+        """`repro run` options after the cell's own."""
+        keep = "[" + ",".join(str(t) for t in self.keep_tokens) + "]"
+        out = ["--extend", str(reference), "--until-tokens", str(self.until_tokens), "--steps", str(self.steps)]
+        return [*out, "--set", f"keep_tokens={keep}", "--set", f"save_freq={self.steps}"]
+
+
+@dataclass(frozen=True)
 class ResolvedCell:
     """A grid cell as it trains: the backbone, method, prompt set and template records, the sampler the
     preset gives the method, the released script and async schedule that apply to it, the hyperparameters
@@ -83,6 +100,7 @@ class ResolvedCell:
     device_overrides: Mapping[str, Setting]  # a CPU rehearsal's full-path verl overrides, else empty
     model_path: str | None = None  # `--model-path`: the user's weights trained with the backbone's settings
     label: str = ""  # the backbone field of its run folder and rows: the key, or `MODEL+NAME` for `--model-path`
+    extension: Extension | None = None  # a compute-matched long run of this cell (repro.sweep_matched)
     provenance: Mapping[str, str] = field(default_factory=dict, compare=False)  # name -> where its value came from
 
     def __hash__(self) -> int:
@@ -94,6 +112,11 @@ class ResolvedCell:
 
     @property
     def name(self) -> str:
+        return self.reference_name + (MATCHED_SUFFIX if self.extension is not None else "")
+
+    @property
+    def reference_name(self) -> str:
+        """The cell's own run folder: the one a compute-matched long run of it starts from."""
         return cell_name(self.label, self.method.key, self.prompt_set.key, self.seed)
 
     def hp(self, name: str) -> Any:

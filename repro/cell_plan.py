@@ -33,7 +33,11 @@ def plan_cell(
             sets.update(options.verl_sets())
             spec = verl_run(cell, run_dir, sets=sets, loggers=sweep.loggers)
             return CellPlan(cell, name, run_dir, spec.config, argv, None)
-        config, _note = resolve_cpu_config(cell, options.steps, options.batch, sets)
+        steps = options.steps
+        if cell.extension is not None:  # what its `repro run --extend ... --until-tokens N --steps CAP` records
+            steps = cell.extension.steps
+            sets["until_tokens"] = cell.extension.until_tokens
+        config, _note = resolve_cpu_config(cell, steps, options.batch, sets)
         return CellPlan(cell, name, run_dir, config.to_dict(), argv, None)
     spec = verl_run(cell, run_dir, sets=sweep.overrides, loggers=sweep.loggers)
     return CellPlan(cell, name, run_dir, spec.config, attempt_argv(run_dir, spec.trainer_argv(), python), spec)

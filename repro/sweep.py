@@ -15,9 +15,10 @@ from repro.errors import ReproError
 from repro.launch.deadline import TimeLimit
 from repro.launch.slurm_options import SlurmOptions
 from repro.loggers import ALWAYS, parse_loggers
+from repro.sweep_matched import MatchedPair, parse_pairs
 
 _KEYS = {"name", "description", "backbones", "methods", "prompt_sets", "seeds", "preset", "engine", "overrides"}
-_KEYS |= {"slurm", "ray", "logger", "eval"}
+_KEYS |= {"slurm", "ray", "logger", "eval", "matched"}
 ENGINES = ("local", "verl")  # CPU backbones: the CPU trainer, or verl's real trainer (GPU backbones: always verl)
 _RAY_KEYS = {"address", "python", "time", "signal_margin", "max_allocations"}  # the last three: a limit per job
 PRESETS = ("paper", "released")
@@ -106,10 +107,26 @@ class Sweep:
     slurm: dict[str, Any] = field(default_factory=dict)  # sbatch defaults (repro.launch.slurm_options.SlurmOptions)
     ray: dict[str, Any] = field(default_factory=dict)  # Jobs API defaults: address, python; a time limit per job
     eval: EvalSpec | None = None  # the evaluation stage (`eval:`), None when the sweep only trains
+    matched: tuple[MatchedPair, ...] = ()  # `matched:`: the cells are the pairs' compute-matched long runs
 
-    def cells(self) -> list[ResolvedCell]:
+    def cells(self, runs_root: str | Path | None = None) -> list[ResolvedCell]:
         """Every cell of the grid, resolved once here (the sweep file is what the user typed): a CPU backbone
-        on the sweep's engine, a GPU backbone on verl."""
+        on the sweep's engine, a GPU backbone on verl. A `matched:` sweep's cells are the long runs whose
+        reference runs under `runs_root` have finished (`repro.sweep_matched`)."""
+        if self.matched:
+            return self.matched_cells(runs_root)[0]
+        return self.grid()
+
+    def matched_cells(self, runs_root: str | Path | None) -> tuple[list[ResolvedCell], list[str]]:
+        """(the long runs ready to train, a line for each one still waiting for its reference runs)."""
+        from repro.sweep_matched import matched_cells
+
+        if runs_root is None:
+            raise ReproError(f"sweep {self.name}: its matched cells are read from the reference runs; give --runs-root")
+        return matched_cells(self.matched, self.grid(), Path(runs_root))
+
+    def grid(self) -> list[ResolvedCell]:
+        """The backbones x methods x prompt sets x seeds (a `matched:` sweep's: the runs its long runs extend)."""
         return [
             resolve_cell(
                 backbone,
@@ -169,6 +186,10 @@ def load_sweep(path: str | Path) -> Sweep:
     engine = data.get("engine", "local")
     if engine not in ENGINES:
         raise ReproError(f"{path}: engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    matched = parse_pairs(data["matched"], str(path)) if "matched" in data else ()
+    if matched:  # the grid the long runs extend: the pairs' methods and prompt sets
+        data.setdefault("methods", list(dict.fromkeys(m for p in matched for m in p.sides)))
+        data.setdefault("prompt_sets", list(dict.fromkeys(p.prompt_set for p in matched)))
     overrides = data.get("overrides") or {}
     if not isinstance(overrides, dict):
         raise ReproError(f"{path}: 'overrides' must be a mapping of dotted verl keys to values")
@@ -186,6 +207,13 @@ def load_sweep(path: str | Path) -> Sweep:
     if set(ray) - _RAY_KEYS:
         raise ReproError(f"{path}: unknown ray options {sorted(set(ray) - _RAY_KEYS)}; valid: {sorted(_RAY_KEYS)}")
     TimeLimit.from_values(ray, f"{path}: ray")  # a bad time limit now, not at submission
+    for pair in matched:
+        for method in pair.sides:
+            if method not in data["methods"] or pair.prompt_set not in data["prompt_sets"]:
+                raise ReproError(
+                    f"{path}: matched pair {pair.method} vs {pair.reference} ({pair.prompt_set}) is outside the "
+                    "grid of 'methods' x 'prompt_sets'; leave those keys out (the pairs give them) or add it"
+                )
     return Sweep(
         name=str(data.get("name") or path.stem),
         description=str(data.get("description") or ""),
@@ -200,4 +228,5 @@ def load_sweep(path: str | Path) -> Sweep:
         slurm=dict(slurm),
         ray=dict(ray),
         eval=_eval_spec(data.get("eval"), path),
+        matched=matched,
     )

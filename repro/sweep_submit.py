@@ -177,14 +177,14 @@ def submit_sweep(
     if max_parallel is not None and max_parallel < 1:
         raise ReproError(f"--max-parallel must be at least 1, got {max_parallel}")
     root = Path(runs_root).absolute()
-    plans = [plan_cell(cell, sweep, root, options) for cell in sweep.cells()]
+    plans = [plan_cell(cell, sweep, root, options) for cell in sweep.cells(root)]
     python_bin = getattr(scheduler, "python_bin", None)  # the interpreter the jobs run (default: this one)
     preflights = verify_gpu_plans(plans, sweep, python=str(Path(python_bin) / "python") if python_bin else None)
     if check_stack and train:  # nothing is submitted into an environment that would fail every job on its node
         require_stack(preflights)
     gpu = [p.gpu for p in plans if p.gpu is not None]  # the nodes may have no Hub: their inputs are cached here
     if train and fetch_all([model_path_of(spec.overrides) or "" for spec in gpu], on_event):
-        plans = [plan_cell(cell, sweep, root, options) for cell in sweep.cells()]  # on the local snapshots
+        plans = [plan_cell(cell, sweep, root, options) for cell in sweep.cells(root)]  # on the local snapshots
         verify_gpu_plans(plans, sweep, python=str(Path(python_bin) / "python") if python_bin else None)
     if gpu and sweep.eval is not None:
         fetch_benchmarks(sweep.eval, on_event)

@@ -5,7 +5,9 @@
 #   3. the grid: all seven methods x seeds 0-2 on the standard set (`sweeps/tiny.yaml`), GRPO-n4,
 #      Seq-pos, Seq-balance x seeds 0-2 on the hard set (`sweeps/tiny-hard.yaml`), and beyond the paper
 #      async Seq-balance and the released Est x seeds 0-2 (`sweeps/tiny-beyond.yaml`) and the bench of other
-#      adaptive samplers, PODS, Knapsack RL and GRESO x seeds 0-2 (`sweeps/tiny-bench.yaml`), each cell evaluated by
+#      adaptive samplers, PODS, Knapsack RL and GRESO x seeds 0-2 (`sweeps/tiny-bench.yaml`), then the
+#      compute-matched baselines, each comparison's lower-token side trained on to the other's tokens
+#      (`sweeps/tiny-matched.yaml`), each cell evaluated by
 #      the sweep's evaluation stage right after it trained: Ave@32 on the four tiny-arith tiers (the hard set
 #      also at steps 20 and 50, for the curve over training)                   -> runs/
 #   4. Ave@32 of the base model                                                -> runs/tiny-arith/eval/
@@ -64,6 +66,10 @@ lane() {
   # the bench of other adaptive samplers (PODS, Knapsack RL, GRESO), paired with GRPO-n4, GRPO-n8 and DAPO there;
   # their equal-token readings come from the held-out accuracy every run logs while it trains
   $repro sweep run sweeps/tiny-bench.yaml --runs-root "$runs" --max-parallel 1 --eval-checkpoints final
+  # the compute-matched baselines: per seed, the side of each comparison that generated fewer tokens by step 100
+  # trains on from its last checkpoint to the other's total (those whose runs are not all finished yet wait for
+  # the pass after the lanes); every kept checkpoint (each matched total, every fifth of the budget) evaluated
+  $repro sweep run sweeps/tiny-matched.yaml --runs-root "$runs" --max-parallel 1
 }
 lane_logs=$(mktemp -d -t repro-lanes.XXXXXX)
 lane_pids=()
@@ -81,6 +87,8 @@ if [ "$lanes_ok" != 0 ]; then  # a cell a lane ran failed (a lane skips only wha
   exit "$lanes_ok"
 fi
 rm -rf "$lane_logs"
+# the long runs that waited for a reference run another lane was finishing
+$repro sweep run sweeps/tiny-matched.yaml --runs-root "$runs" --max-parallel "$lanes" | tail -2
 
 step "4/5 Ave@32 of the base model (evaluated by the last lane before its cells)"
 $repro eval tiny-arith --runs-root "$runs" | tail -3  # done already: prints its table's last lines
@@ -99,7 +107,7 @@ mkdir -p paper_tables/generated
   .venv/bin/python scripts/gen-docs.py  # the README's and docs/results.md's verdict lines, copied from the new report
 ) &
 tables=$!
-for figure in reward-curve reward-entropy heldout step-time sampling eval-curve accuracy-tokens; do
+for figure in reward-curve reward-entropy heldout step-time sampling eval-curve accuracy-tokens ave-tokens; do
   $repro plot "$figure" --results results --out "results/figures/$figure"
 done
 for figure in passk signal-loss; do  # these read the per-response eval records too
@@ -112,4 +120,5 @@ $repro status --runs-root "$runs" --sweep sweeps/tiny.yaml
 $repro status --runs-root "$runs" --sweep sweeps/tiny-hard.yaml
 $repro status --runs-root "$runs" --sweep sweeps/tiny-beyond.yaml
 $repro status --runs-root "$runs" --sweep sweeps/tiny-bench.yaml
+$repro status --runs-root "$runs" --sweep sweeps/tiny-matched.yaml
 echo "main job done in $(( $(date +%s) - started ))s"

@@ -20,7 +20,7 @@ from repro import arithmetic
 from repro.commands.collect import collect as collect_command
 from repro.errors import ReproError
 from repro.report.collect import GENERATED_CUMULATIVE, collect, read_results, results_lock
-from repro.report.schema import RUN_KEYS, TABLES, WEIGHTED_AVERAGE
+from repro.report.schema import MATCHED_TABLES, RUN_KEYS, TABLES, WEIGHTED_AVERAGE
 
 METHODS = ("grpo-n4", "seq-balance", "est")
 RUNS = sorted(f"tiny-arith__{m}__standard__s0" for m in METHODS)
@@ -84,7 +84,9 @@ def test_collect_tiny_runs_tables_match_run_files(runs, tmp_path):
 
     assert [r.run for r in report.runs] == RUNS
     assert report.skipped == [] and report.not_runs == [] and report.corrupt == dict.fromkeys(RUNS, 0)
-    assert sorted(p.name for p in report.written) == sorted(f"{t}.{ext}" for t in TABLES for ext in ("parquet", "csv"))
+    assert sorted(p.name for p in report.written) == sorted(
+        f"{t}.{ext}" for t in (*TABLES, *MATCHED_TABLES) for ext in ("parquet", "csv")
+    )
 
     tables = read_results(results)
     training = tables["training"]

@@ -222,6 +222,29 @@ def accuracy_tokens_cmd(results: ResultsOpt = Path(DEFAULT_RESULTS), out: OutOpt
     _finish(fig, missing, results, out, "accuracy-tokens")
 
 
+@app.command("ave-tokens")
+def ave_tokens_cmd(results: ResultsOpt = Path(DEFAULT_RESULTS), out: OutOpt = None) -> None:
+    """Weighted Ave@k of every evaluated checkpoint against cumulative generated tokens, each run continued by
+    its compute-matched long run (`sweeps/tiny-matched.yaml`), seeds' min-max bands, one panel per prompt set,
+    with the equal-token readings of `repro report` marked.
+
+    Examples:
+
+      repro plot ave-tokens
+
+      repro plot ave-tokens --out figs/ave-tokens
+    """
+    from repro.report.collect import read_results
+    from repro.report.figures.ave_tokens import ave_vs_tokens
+    from repro.report.report import equal_token_comparisons
+
+    if not results.is_dir():
+        raise ReproError(f"no results in {results}; run `repro collect` first")
+    pairs = [(j.method, j.reference, j.prompt_set) for j in equal_token_comparisons()]
+    fig, missing, _points = ave_vs_tokens(read_results(results), pairs)
+    _finish(fig, missing, results, out, "ave-tokens")
+
+
 @app.command("sampling")
 def sampling_cmd(results: ResultsOpt = Path(DEFAULT_RESULTS), out: OutOpt = None, window: WindowOpt = 20) -> None:
     """Sampling dynamics of the Seq methods (Figure 5): additional samples per step; prompts still active

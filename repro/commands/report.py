@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +13,7 @@ from repro.atomic import write_text
 from repro.commands.table import load_table
 from repro.console import stderr_console
 from repro.errors import ReproError
-from repro.report.schema import DEFAULT_RESULTS
+from repro.report.schema import DEFAULT_RESULTS, MATCHED_TABLES
 
 
 def report(
@@ -52,8 +53,18 @@ def report(
         runs_df = load_table(results, "runs")
     except ReproError:  # no runs table: the report has no arithmetic line
         runs_df = None
+    matched_tables = {}
+    for name in MATCHED_TABLES:  # the compute-matched long runs; absent from results collected before them
+        with contextlib.suppress(ReproError):
+            matched_tables[name] = load_table(results, name)
     text = builder.build_report(
-        eval_df, training_df, figures, source=str(results), checkpoint=checkpoint, runs_df=runs_df
+        eval_df,
+        training_df,
+        figures,
+        source=str(results),
+        checkpoint=checkpoint,
+        runs_df=runs_df,
+        matched_tables=matched_tables if len(matched_tables) == len(MATCHED_TABLES) else None,
     )
     write_text(target, text)
     stderr_console().print(f"wrote {escape(str(target))}", soft_wrap=True)

@@ -13,7 +13,7 @@ import yaml
 from rich.progress import TextColumn
 
 from repro import arithmetic
-from repro.cell import ResolvedCell, resolve_cell
+from repro.cell import MATCHED_SUFFIX, ResolvedCell, resolve_cell
 from repro.cell_config import (
     build_cpu_config,
     check_model_path,
@@ -25,6 +25,7 @@ from repro.cell_config import (
 from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
 from repro.launch.plan import verl_size_sets
+from repro.local.extend import check_reference, seed_from
 from repro.loggers import DEFAULT as DEFAULT_LOGGERS
 from repro.loggers import LOGGERS, parse_loggers
 from repro.rundir import RunDir
@@ -71,6 +72,15 @@ def run(
             min=1,
             help="A generation budget: end at the first step whose cumulative generated tokens reach it (saved "
             "there); --steps is then only a cap. How a baseline is trained to another method's compute.",
+        ),
+    ] = None,
+    extend: Annotated[
+        Path | None,
+        typer.Option(
+            "--extend",
+            help="Train on from this finished run's last checkpoint (same cell and settings), in a folder of its "
+            "own (default: its name + __matched) that holds the whole longer run; with --until-tokens, a "
+            "compute-matched baseline without retraining the steps it shares with that run.",
         ),
     ] = None,
     runs_root: Annotated[Path, typer.Option("--runs-root", help="Folder holding one folder per run.")] = (
@@ -155,6 +165,8 @@ def run(
 
       repro run --model tiny-arith --method grpo-n4 --until-tokens 800000 --steps 2000 --run-dir runs/n4-800k
 
+      repro run --model tiny-arith --method grpo-n4 --extend runs/my-n4-run --until-tokens 800000 --steps 2000
+
       repro run --model tiny-arith --method est --dry-run
 
       repro run --model tiny-arith --method seq-balance --async   # sampling overlapped with the update
@@ -195,7 +207,9 @@ def run(
         )
     if model_path is not None:
         check_model_path(model_path)
-    path = run_dir or runs_root / cell.name
+    path = run_dir or runs_root / (cell.name + (MATCHED_SUFFIX if extend is not None else ""))
+    if extend is not None and cell.engine == "verl":
+        raise ReproError("--extend is the CPU trainer's for now; on verl, resume the run with a larger --steps")
     if until_tokens is not None:
         if cell.engine == "verl":
             raise ReproError(
@@ -217,7 +231,7 @@ def run(
         typer.echo(yaml.safe_dump(config.to_dict(), sort_keys=False))
         return
     config, note = resolve_cpu_config(cell, steps, batch, parse_sets(sets or []))
-    _train(cell, config, path, overwrite, note, loggers)
+    _train(cell, config, path, overwrite, note, loggers, extend)
 
 
 def _typed(context: typer.Context, *names: str) -> set[str]:
@@ -230,7 +244,15 @@ def _provenance(cell: ResolvedCell) -> str:
     return "\n".join(["# cell (each name <- where it came from):", *(f"#   {line}" for line in cell.describe())])
 
 
-def _train(cell: ResolvedCell, config, path: Path, overwrite: bool, note: str | None, loggers: tuple[str, ...]) -> None:
+def _train(
+    cell: ResolvedCell,
+    config,
+    path: Path,
+    overwrite: bool,
+    note: str | None,
+    loggers: tuple[str, ...],
+    extend: Path | None = None,
+) -> None:
     from repro.launch.allocations import STOPPED_EXIT, clear_stale_request, discard_request, stop_reason
     from repro.launch.attempt import allocation_from_env, launcher_from_env
     from repro.local.trainer import CpuTrainer, StopRequested
@@ -239,7 +261,12 @@ def _train(cell: ResolvedCell, config, path: Path, overwrite: bool, note: str | 
 
     err = stderr_console()
     # validate the run folder before spending a minute building anything
+    reference = None if extend is None else check_reference(extend, config.to_dict())
     rundir = RunDir.prepare(path, config.to_dict(), ["repro", *sys.argv[1:]], overwrite=overwrite)
+    if reference is not None:
+        seeded = seed_from(rundir, reference)
+        if seeded is not None:
+            err.print(f"starting from {extend}'s checkpoint of step {seeded} (its metrics copied beside it)")
     if note:
         err.print(note)
     ensure_data(config.data["data_seed"], backbone=config.backbone)

@@ -123,7 +123,7 @@ def _launch(args: _Launch, states: tuple[str, ...], train: bool = True) -> None:
         raise ReproError(f"unknown launcher {args.launcher!r}; valid launchers: {', '.join(LAUNCHERS)}")
     sweep = _load(args, need_eval=not train)
     options = CpuOptions(args.steps, args.batch)
-    cells = sweep.cells()
+    cells = sweep.cells(args.runs_root)
     if args.dry_run:
         _dry_run(args, sweep, options)
         return
@@ -191,7 +191,7 @@ def _dry_run(args: _Launch, sweep, options) -> None:
 
     console = stdout_console()
     root = args.runs_root.absolute()
-    plans = [plan_cell(cell, sweep, root, options) for cell in sweep.cells()]
+    plans = [plan_cell(cell, sweep, root, options) for cell in sweep.cells(root)]
     reports = verify_gpu_plans(plans, sweep)
     stack = stack_report(reports)
     if reports:  # the GPU cells' checkpoint disk, summed once for the whole sweep
@@ -252,7 +252,7 @@ def _launch_local(args: _Launch, sweep, options, states: tuple[str, ...], train:
     from repro.launch.local import run_local
 
     parallel = args.max_parallel or usable_cores()
-    cells = sweep.cells()
+    cells = sweep.cells(args.runs_root)
     only = None
     if states != LAUNCHABLE_DEFAULT:
         from repro.launch.state import cell_state

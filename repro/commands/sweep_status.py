@@ -25,7 +25,7 @@ def _cell_names(runs_root: Path, sweep: Path | None, cells: list[str] | None = N
     if sweep is not None:
         from repro.sweep import load_sweep
 
-        return [c.name for c in load_sweep(sweep).cells()]
+        return [c.name for c in load_sweep(sweep).cells(runs_root)]
     if not runs_root.is_dir():
         raise ReproError(f"{runs_root} does not exist; pass --runs-root, or --sweep to list pending cells")
     return sorted(

@@ -103,6 +103,8 @@ def cell_command(
     argv = cpu_argv(cell, sweep, runs_root, CpuOptions(), python)
     if not cell.is_cpu:
         argv += ["--preset", sweep.preset]
+    if cell.extension is not None:  # a compute-matched long run's cap stands over the command line's --steps
+        extra_args = [*extra_args, *cell.extension.args(runs_root / cell.reference_name)]
     return [*argv, *extra_args]
 
 
@@ -296,7 +298,7 @@ def run_local(
         raise ReproError(f"--max-parallel must be at least 1, got {max_parallel}")
     root = Path(runs_root).absolute()
     root.mkdir(parents=True, exist_ok=True)
-    cells = [c for c in sweep.cells() if only is None or c.name in only]
+    cells = [c for c in sweep.cells(root) if only is None or c.name in only]
     running = min(max_parallel, max(1, len(cells)))
     threads = max(1, arithmetic.usable_cores() // running)  # each cell's share of the cores
     report = SweepReport(root)

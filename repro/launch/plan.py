@@ -108,6 +108,8 @@ def cpu_argv(cell: ResolvedCell, sweep: Sweep, runs_root: Path, options: CpuOpti
         *_set_args(sweep.overrides),
         *(["--logger", as_option(sweep.loggers)] if sweep.loggers != ALWAYS else []),
         *options.args(),
+        # a compute-matched long run: its own budget and step cap, after (so over) the sweep's --steps
+        *(cell.extension.args(runs_root / cell.reference_name) if cell.extension is not None else []),
     ]
 
 

@@ -105,6 +105,7 @@ class Sampled:
     timing: dict[str, float]
     epoch: int
     rollout_log_prob: torch.Tensor | None = None  # the sampling weights' log-probs (async schedule only)
+    epochs_seen: float = 0.0  # passes over the prompt set once this step's prompts were drawn
 
 
 def rollout_correction(
@@ -361,7 +362,8 @@ class CpuTrainer:
             with torch.no_grad():
                 rollout_log_prob, _ = response_logprobs(model, batch, with_entropy=False, share_prompts=True)
             timing["rollout_log_prob"] = time.perf_counter() - t0
-        return Sampled(step, result, batch, adv, timing, self.loader.epoch, rollout_log_prob)
+        seen = self.loader.epoch + self.loader.pos / self.loader.size
+        return Sampled(step, result, batch, adv, timing, self.loader.epoch, rollout_log_prob, seen)
 
     def train_step(self, step: int) -> dict[str, float]:
         """One synchronous step: sample with the current weights, then update them."""
@@ -413,6 +415,8 @@ class CpuTrainer:
             **corr_metrics,
             "training/global_step": float(sampled.step),
             "training/epoch": float(sampled.epoch),
+            # how often a long baseline has repeated its prompts: part of what a compute-matched comparison costs
+            "training/epochs_seen": float(sampled.epochs_seen),
         }
         if self.train.async_rollout:
             metrics["async/staleness"] = float(staleness)

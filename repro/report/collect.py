@@ -44,7 +44,7 @@ from repro.atomic import fsync_dir
 from repro.cell import parse_cell
 from repro.errors import ReproError
 from repro.evaluation.runner import BASE_MODEL, MODEL_EVAL_MARKER, RELEASED_CHECKPOINT
-from repro.report.schema import RUN_KEYS, TABLES, WEIGHTED_AVERAGE
+from repro.report.schema import MATCHED_TABLES, RUN_KEYS, TABLES, WEIGHTED_AVERAGE
 from repro.rundir import RunDir, read_attempts
 from repro.sampling.metrics import GENERATED
 
@@ -98,6 +98,7 @@ class RunInfo:
     eval_checkpoints: tuple[int, ...]  # checkpoint steps with a readable eval summary
     arithmetic: str | None = None
     cpu: str | None = None
+    until_tokens: int = 0  # a token-budget run (its rows go to the matched_* tables)
 
 
 @dataclass
@@ -321,6 +322,7 @@ def _read_run(folder: Path, warnings: list[str]) -> tuple[RunInfo, list[dict], l
         metrics_files=metrics.files,
         eval_checkpoints=tuple(eval_steps),
         **_arithmetic_of(config, run),
+        until_tokens=int((config.get("train") or {}).get("until_tokens") or 0),
     )
     return info, training, evals
 
@@ -524,7 +526,11 @@ def read_results(results: str | os.PathLike[str] = "results") -> dict[str, pd.Da
     with contextlib.ExitStack() as stack:
         with contextlib.suppress(OSError):  # a read-only copy of results/ is read without the lock
             stack.enter_context(results_lock(results, shared=True))
-        return {name: pd.read_parquet(results / f"{name}.parquet") for name in TABLES}
+        tables = {name: pd.read_parquet(results / f"{name}.parquet") for name in TABLES}
+        for name in MATCHED_TABLES:  # absent from results collected before token budgets
+            if (results / f"{name}.parquet").exists():
+                tables[name] = pd.read_parquet(results / f"{name}.parquet")
+        return tables
 
 
 # ---- collect ------------------------------------------------------------------------------------
@@ -574,6 +580,8 @@ def collect(runs_root: str | os.PathLike[str], results: str | os.PathLike[str]) 
             raise ReproError(f"no run folders under {runs_root}; run `repro run ...` first")
         training: list[dict] = []
         evals: list[dict] = []
+        matched_training: list[dict] = []
+        matched_evals: list[dict] = []
         for folder in folders:
             try:
                 if (folder / "status.json").exists():
@@ -584,8 +592,8 @@ def collect(runs_root: str | os.PathLike[str], results: str | os.PathLike[str]) 
                 report.skipped.append((folder.name, str(exc)))
                 continue
             report.runs.append(info)
-            training.extend(run_training)
-            evals.extend(run_evals)
+            (matched_training if info.until_tokens else training).extend(run_training)
+            (matched_evals if info.until_tokens else evals).extend(run_evals)
         if not report.runs:
             reasons = "; ".join(f"{name}: {why}" for name, why in report.skipped)
             raise ReproError(f"no readable run folders under {runs_root} ({reasons})")
@@ -593,6 +601,8 @@ def collect(runs_root: str | os.PathLike[str], results: str | os.PathLike[str]) 
             "runs": _runs_frame(report.runs, runs_root),
             "training": _training_frame(training),
             "eval": _eval_frame(evals),
+            "matched_training": _training_frame(matched_training),
+            "matched_eval": _eval_frame(matched_evals),
         }
         report.written = write_tables(report.tables, results)
     return report

@@ -33,7 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from repro import paper
-from repro.report import bench, matched, stats, tables
+from repro.report import bench, equal_tokens, matched, stats, tables
 from repro.report.verdicts import (
     AGREES,
     CANNOT_TELL,
@@ -307,6 +307,93 @@ def comparison_sentence(
     return sentence, outcome
 
 
+# ------------------------------------------------------------------------------------------ equal tokens
+
+
+def equal_token_comparisons() -> list[equal_tokens.Judged]:
+    """Every comparison the report makes, as the equal-token section judges it: the paper's on the sign of the
+    paper's per-step difference, async on "no loss", the bench's on its paper's per-token claim (none: no
+    verdict)."""
+    out = []
+    for comparison in COMPARISONS:
+        delta = paper_difference(PAPER_STAND_IN, comparison)[0]
+        rule = f"on the sign of the paper's per-step difference ({points_text(delta)})" if delta else "no paper sign"
+        out.append(
+            equal_tokens.Judged(
+                comparison.title,
+                comparison.method,
+                comparison.reference,
+                comparison.prompt_set,
+                lambda interval, d=delta: verdict(interval, d),
+                rule,
+            )
+        )
+    for comparison in ASYNC_COMPARISONS:
+        out.append(
+            equal_tokens.Judged(
+                comparison.title,
+                comparison.method,
+                comparison.reference,
+                comparison.prompt_set,
+                no_loss_verdict,
+                f'against "no loss" (a loss under {NO_LOSS_MARGIN:.1f} point)',
+                NO_LOSS_MARGIN,
+            )
+        )
+    for claim in bench.CLAIMS:
+        title = f"{_label(claim.method)} vs {_label(claim.reference)}"
+        if claim.per_token is None:
+            out.append(
+                equal_tokens.Judged(
+                    title,
+                    claim.method,
+                    claim.reference,
+                    claim.prompt_set,
+                    lambda interval: None,
+                    "its paper claims nothing per token",
+                )
+            )
+        elif claim.per_token == bench.BETTER:
+            out.append(
+                equal_tokens.Judged(
+                    title,
+                    claim.method,
+                    claim.reference,
+                    claim.prompt_set,
+                    lambda interval: verdict(interval, 1.0),
+                    "on its paper's claim (better)",
+                )
+            )
+    return out
+
+
+def equal_token_lines(by_seed: pd.DataFrame, tables_: dict[str, pd.DataFrame], backbones: list[str]) -> list[str]:
+    """The section "At the same generated tokens", or nothing when no compute-matched long run was collected."""
+    if tables_.get("matched_training") is None or tables_["matched_training"].empty:
+        return []
+    bullets = []
+    for backbone in backbones:
+        for judged in equal_token_comparisons():
+            per_step = list(tables.paired_values(by_seed, backbone, judged.prompt_set, judged.method, judged.reference))
+            line = equal_tokens.sentence(tables_, per_step, backbone, judged)
+            if line is not None:
+                bullets.append(f"- {line}")
+    return [
+        "## Beyond the paper: at the same generated tokens",
+        "",
+        "Every comparison above, read a second way. Per seed, the side that generated fewer tokens by step 100 was "
+        "trained on from its step-100 checkpoint (the same run, longer: same data order, a learning rate that is "
+        "warm-up then constant) until its cumulative generated tokens reached the other side's step-100 total "
+        "(`sweeps/tiny-matched.yaml`); both sides are then the weighted Ave@k of the tables' protocol, paired by "
+        "seed, with the same 95% t interval, verdict rule and stability statement as their per-step sentence. Each "
+        "sentence gives the per-step reading first, then the equal-token one, the steps, tokens and passes over "
+        "its prompt set (epochs) each side had at its reading: a long baseline repeats its prompts.",
+        "",
+        *bullets,
+        "",
+    ]
+
+
 # ------------------------------------------------------------------------------------------ the file
 
 
@@ -356,6 +443,7 @@ def build_report(
     source: str = "results",
     checkpoint: str | int = "final",
     runs_df: pd.DataFrame | None = None,
+    matched_tables: dict[str, pd.DataFrame] | None = None,
 ) -> str:
     """The markdown text of REPORT.md from the tidy eval (and training) tables and the figure lines."""
     by_seed = tables.weighted_by_seed(eval_df, checkpoint=checkpoint)
@@ -423,6 +511,8 @@ def build_report(
         ]
 
     lines += bench.section_lines(by_seed, eval_df, training_df)
+    if training_df is not None and matched_tables:
+        lines += equal_token_lines(by_seed, {"eval": eval_df, "training": training_df, **matched_tables}, backbones)
     if training_df is not None:
         lines += matched.section_lines(eval_df, training_df)
 

@@ -14,6 +14,9 @@ Every table is written as results/<name>.parquet (for machines) and results/<nam
 
 RUN_KEYS = ("run", "backbone", "method", "prompt_set", "seed")
 TABLES = ("runs", "training", "eval")
+# the runs trained to a token budget (a compute-matched baseline's long run, `repro run --until-tokens`), kept
+# apart so that every per-step table, figure and verdict reads exactly what it read before they existed
+MATCHED_TABLES = ("matched_training", "matched_eval")
 WEIGHTED_AVERAGE = "weighted_average"
 HELDOUT = "heldout/accuracy"  # the CPU trainer's held-out accuracy (repro.local.heldout.ACCURACY)
 DEFAULT_RESULTS = "results"
