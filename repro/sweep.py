@@ -207,6 +207,12 @@ def load_sweep(path: str | Path) -> Sweep:
     if set(ray) - _RAY_KEYS:
         raise ReproError(f"{path}: unknown ray options {sorted(set(ray) - _RAY_KEYS)}; valid: {sorted(_RAY_KEYS)}")
     TimeLimit.from_values(ray, f"{path}: ray")  # a bad time limit now, not at submission
+    if matched and (engine == "verl" or any(catalog.get_backbone(b).device != "cpu" for b in data["backbones"])):
+        raise ReproError(
+            f"{path}: matched long runs start from a finished run's checkpoint, which only the CPU trainer does for "
+            "now; on verl, train the baseline to the other's tokens: repro run --engine verl --until-tokens N "
+            "(`repro simulate cost` gives the GRPO-n4 steps of each method's tokens)"
+        )
     for pair in matched:
         for method in pair.sides:
             if method not in data["methods"] or pair.prompt_set not in data["prompt_sets"]:

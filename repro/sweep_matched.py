@@ -7,7 +7,8 @@ generated tokens*. A sweep file names the pairs per prompt set (`seq-balance vs 
 a pair have finished for a seed, the side with fewer tokens gets a long run (`repro run --extend`): one per
 method, prompt set and seed, whose budget is the largest total it must reach (one long GRPO-n4 run serves
 Est, PODS and Seq-balance), whose checkpoints are kept at each total it is compared at and at every fifth
-of its budget (the points of the accuracy-against-tokens curve), and whose step cap is `STEP_CAP_FACTOR`
+of its budget not within a tenth of the budget of one of those (the points of the accuracy-against-tokens
+curve), and whose step cap is `STEP_CAP_FACTOR`
 times the steps the budget needs at the reference run's tokens per step (responses get shorter or longer as
 the policy learns; a cap reached before the budget is reported by the run and by the report).
 
@@ -94,7 +95,10 @@ def targets(pairs: Iterable[MatchedPair], totals: dict[str, int]) -> dict[str, l
 def extension(last_step: int, total: int, wanted: Sequence[int]) -> Extension:
     """The long run that takes a run of `total` tokens at `last_step` to the largest of `wanted`."""
     budget = max(wanted)
+    # a curve point closer than half a step of the curve to a compared total adds nothing the total does not show
+    near = budget / (2 * CURVE_POINTS)
     curve = {math.ceil(budget * i / CURVE_POINTS) for i in range(1, CURVE_POINTS + 1)}
+    curve = {t for t in curve if all(abs(t - w) >= near for w in wanted)}
     keep = tuple(sorted({t for t in (*wanted, *curve) if t > total}))
     steps = math.ceil(last_step * budget / max(total, 1) * STEP_CAP_FACTOR)
     return Extension(until_tokens=budget, keep_tokens=keep, steps=max(steps, last_step + 1))

@@ -193,7 +193,7 @@ def test_kill_and_resume_keeps_every_step_exactly_once(tiny_env, tmp_path) -> No
         (["--model", "tiny-arith", "--method", "ppo"], "unknown method 'ppo'"),
         (["--model", "tiny-arith", "--method", "grpo-n4", "--prompt-set", "easy"], "unknown prompt set 'easy'"),
         (["--model", "tiny-arith", "--method", "grpo-n4", "--batch", "6"], "must be a multiple"),
-        (["--model", "tiny-arith", "--method", "grpo-n4", "--engine", "verl", "--until-tokens", "9"], "CPU trainer's"),
+        (["--model", "tiny-arith", "--method", "grpo-n4", "--engine", "verl", "--extend", "runs/x"], "CPU trainer's"),
     ],
 )
 def test_bad_run_arguments(args: list[str], fragment: str, capsys, tiny_env) -> None:

@@ -210,14 +210,12 @@ def run(
     path = run_dir or runs_root / (cell.name + (MATCHED_SUFFIX if extend is not None else ""))
     if extend is not None and cell.engine == "verl":
         raise ReproError("--extend is the CPU trainer's for now; on verl, resume the run with a larger --steps")
-    if until_tokens is not None:
-        if cell.engine == "verl":
-            raise ReproError(
-                "--until-tokens is the CPU trainer's for now; on verl, pass the step that reaches the budget as --steps"
-            )
+    if until_tokens is not None and cell.engine != "verl":
         sets = [*(sets or []), f"until_tokens={until_tokens}"]
     if cell.engine == "verl":
         verl_sets = {**parse_sets(sets or []), **verl_size_sets(steps, batch)}
+        if until_tokens is not None:  # the plugin's trainer ends at the step reaching it (verl_plugin.stop_trainer)
+            verl_sets["+trainer.until_tokens"] = until_tokens
         if require_flash_attn:
             from repro.stack_check import require_flash_attn as required
 
@@ -266,7 +264,12 @@ def _train(
     if reference is not None:
         seeded = seed_from(rundir, reference)
         if seeded is not None:
-            err.print(f"starting from {extend}'s checkpoint of step {seeded} (its metrics copied beside it)")
+            err.print(
+                f"starting from {extend}'s checkpoint of step {seeded} (its metrics copied beside it)",
+                soft_wrap=True,
+                highlight=False,
+                markup=False,
+            )
     if note:
         err.print(note)
     ensure_data(config.data["data_seed"], backbone=config.backbone)

@@ -19,6 +19,16 @@ next attempt at the step after it. Ending the loop needs no fork of `fit`: its c
 so lowering `total_training_steps` to this step ends it there (`is_last_step` was computed at the top of
 the iteration and stays False, so no final validation or "last step" save runs).
 
+A generation budget (`repro run --engine verl --until-tokens N`: `+trainer.until_tokens=N`) ends the run the
+same way, at the first step whose cumulative generated tokens reach it, saved there. A step's tokens are the
+plugin's `tokens/generated`, which its manager logs to the run folder's sampler file before verl trains the
+batch; a GRPO cell has no manager, and every response it draws is in its batch, so there they are the batch's
+response tokens (verl's `response_length/mean` x its rows), added to verl's own metrics line. They are summed
+over every attempt's steps up to this one (a resumed run counts the steps before it), as the CPU trainer's
+budget counts them. The rule runs in `_compute_metrics`, after the step's save and validation and before its
+line is logged (the step's batch is only there); the run then ends as finished, not stopped, without verl's
+last-step validation (`is_last_step` stays False), which a budget run does not need.
+
 The registry picks the class by name; from then on the trainer runs as verl's own mode: verl branches on
 ``trainer_mode == "sync"`` (replay buffer, TransferQueue save/restore, refill) and reads
 ``trainer.v1.<mode>`` sections by that name, so `__init__` puts verl's name back in the config before verl
@@ -28,6 +38,8 @@ reads it. The same hook is registered twice: ``repro_sync`` over `PPOTrainerSync
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 from pathlib import Path
 
@@ -37,13 +49,34 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.debug import marked_timer
 
 from repro.launch.allocations import honour, stop_request
+from repro.rundir import RunDir, sampler_file
 from repro.rundir.pause import pause_at
+from repro.sampling.metrics import GENERATED
 
 logger = logging.getLogger(__name__)
 
 TRAINER_MODE = "repro_sync"  # trainer.v1.trainer_mode: the name the sync class is registered under
 ASYNC_TRAINER_MODE = "repro_colocate_async"  # and the colocate_async one
 VERL_MODES = {TRAINER_MODE: "sync", ASYNC_TRAINER_MODE: "colocate_async"}  # the mode each runs as
+
+
+def _sampled_tokens(run: RunDir, step: int) -> float | None:
+    """`tokens/generated` of `step` from the plugin's sampler files (the latest attempt's line that has it: an
+    async run's step may have been sampled by an attempt before), or None where the manager logged none (GRPO).
+    Read directly: until verl logs its own line of the step, `read_metrics` does not show a sampler line."""
+    for attempt in reversed(run.metrics_files()):
+        side = sampler_file(attempt)
+        if not side.is_file():
+            continue
+        found = None
+        for raw in side.read_text().splitlines():
+            with contextlib.suppress(ValueError, AttributeError):
+                record = json.loads(raw)
+                if record.get("step") == step and GENERATED in record.get("data", {}):
+                    found = record["data"][GENERATED]
+        if found is not None:
+            return float(found)
+    return None
 
 
 class StopAtBoundary:
@@ -55,6 +88,7 @@ class StopAtBoundary:
         # the run folder: checkpoints/ lives in it (the config builder's trainer.default_local_dir)
         self.run_dir = Path(config.trainer.default_local_dir).parent
         self.stopped_at: tuple[int, bool] | None = None  # (step, saved here rather than by the loop)
+        self.until_tokens = int(config.trainer.get("until_tokens") or 0)  # a generation budget; 0: none
 
     def _saved_by_loop(self) -> bool:
         """Whether `fit` saved this step already (its save_freq rule, less the last step, never stopped at)."""
@@ -80,6 +114,28 @@ class StopAtBoundary:
         polling the metrics file and hoping the next step has not been logged by the time its kill lands."""
         pause_at(self.run_dir, "step", self.global_steps)
         super().on_step_begin()
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        """verl's step metrics, then the step's generated tokens and the budget's rule (see the module doc)."""
+        rows = sum(not tag.get("is_padding", False) for tag in batch.tags)
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        run = RunDir(self.run_dir)
+        this = _sampled_tokens(run, self.global_steps)  # the plugin manager's count
+        if this is None and "response_length/mean" in metrics:  # GRPO: every response drawn is in the batch
+            this = round(float(metrics["response_length/mean"]) * rows)
+            metrics[GENERATED] = float(this)
+        if not self.until_tokens or this is None or self.global_steps >= self.total_training_steps:
+            return
+        earlier = run.read_metrics().by_step.items()  # verl's lines of the steps before, sampler lines merged in
+        generated = int(this) + sum(int(d.get(GENERATED, 0)) for s, d in earlier if s < self.global_steps)
+        if generated >= self.until_tokens:  # this step is the run's last, saved here unless the loop did
+            if not self._saved_by_loop():
+                with marked_timer("save_checkpoint", timing_raw, color="green"):
+                    self._save_checkpoint()
+            self.total_training_steps = self.global_steps
+            logger.warning(
+                "token budget %d reached (%d generated) at step %d", self.until_tokens, generated, self.global_steps
+            )
 
     def on_step_end(self) -> None:
         if self.stopped_at is None and self.global_steps < self.total_training_steps:
