@@ -12,6 +12,11 @@ curve), and whose step cap is `STEP_CAP_FACTOR`
 times the steps the budget needs at the reference run's tokens per step (responses get shorter or longer as
 the policy learns; a cap reached before the budget is reported by the run and by the report).
 
+Two runs whose totals differ by at most the lower one's tokens per step are already matched at the
+resolution the matching has (a long run would stop one step later, overshooting by as much): both are read at
+their final checkpoints and no long run is trained (`within_a_step`; the async schedule against its
+synchronous method, Knapsack RL against GRPO-n8).
+
 The cells exist only once the runs they depend on have finished, since their budgets are read from those
 runs: a long run of a method waits until every pair it is in has both runs finished (which side extends
 depends on both totals), so its budget never changes under it (a changed budget would be a different run,
@@ -81,14 +86,21 @@ def run_tokens(run_dir: Path) -> tuple[int, int] | None:
     return max(by_step), sum(int(data.get(GENERATED, 0)) for data in by_step.values())
 
 
-def targets(pairs: Iterable[MatchedPair], totals: dict[str, int]) -> dict[str, list[int]]:
-    """Method -> the token totals it must reach: for each pair, the side with fewer tokens, the other's total
-    (a tie needs no long run)."""
+def within_a_step(low_total: float, low_steps: int, high_total: float) -> bool:
+    """Whether two runs' totals are already equal at the matching's own resolution: the gap is at most the
+    lower run's mean tokens per step (a long run would stop one step later, overshooting by as much), so both
+    are read at their final checkpoints and no long run is trained."""
+    return high_total - low_total <= low_total / max(low_steps, 1)
+
+
+def targets(pairs: Iterable[MatchedPair], found: dict[str, tuple[int, int]]) -> dict[str, list[int]]:
+    """Method -> the token totals it must reach: for each pair (`found`: method -> (last step, total)), the side
+    with fewer tokens, the other's total, unless they are equal within a step (`within_a_step`)."""
     out: dict[str, list[int]] = {}
     for pair in pairs:
-        low, high = sorted(pair.sides, key=lambda m: totals[m])
-        if totals[low] < totals[high]:
-            out.setdefault(low, []).append(totals[high])
+        low, high = sorted(pair.sides, key=lambda m: found[m][1])
+        if not within_a_step(found[low][1], found[low][0], found[high][1]):
+            out.setdefault(low, []).append(found[high][1])
     return out
 
 
@@ -118,18 +130,18 @@ def matched_cells(
     for (_label, prompt_set, _seed), cells in groups.items():
         mine = [p for p in pairs if p.prompt_set == prompt_set]
         found = {m: run_tokens(runs_root / cells[m].reference_name) for m in {m for p in mine for m in p.sides}}
-        totals = {m: t[1] for m, t in found.items() if t is not None}
+        done = {m: t for m, t in found.items() if t is not None}
         for method in dict.fromkeys(m for p in mine for m in p.sides):
             involved = [p for p in mine if method in p.sides]
-            missing = sorted({cells[m].reference_name for p in involved for m in p.sides if m not in totals})
+            missing = sorted({cells[m].reference_name for p in involved for m in p.sides if m not in done})
             if missing:
                 waiting.append(f"{cells[method].reference_name}: waits for {', '.join(missing)} to finish")
                 continue
-            wanted = targets(involved, totals).get(method)
+            wanted = targets(involved, done).get(method)
             if wanted:
-                last_step = found[method][0]
+                last_step, total = done[method]
                 ready[cells[method].reference_name] = dataclasses.replace(
-                    cells[method], extension=extension(last_step, totals[method], wanted)
+                    cells[method], extension=extension(last_step, total, wanted)
                 )
     ordered = [ready[name] for name in by_name if name in ready]
     return ordered, waiting

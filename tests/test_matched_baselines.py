@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from repro.errors import ReproError
@@ -78,14 +79,17 @@ def _grid(root: Path, seeds=(0, 1, 2)) -> None:
 
 
 def test_the_side_with_fewer_tokens_trains_on_to_the_largest_total_it_is_compared_at() -> None:
-    totals = {"a": 100, "b": 300, "c": 200, "d": 200}
+    found = {m: (100, t) for m, t in {"a": 100, "b": 300, "c": 200, "d": 200}.items()}  # (last step, total)
     pairs = [
         MatchedPair("a", "b", "s"),
         MatchedPair("c", "a", "s"),
         MatchedPair("b", "c", "s"),
         MatchedPair("c", "d", "s"),
     ]
-    assert targets(pairs, totals) == {"a": [300, 200], "c": [300]}  # a tie (c, d) needs no long run
+    assert targets(pairs, found) == {"a": [300, 200], "c": [300]}  # a tie (c, d) needs no long run
+    # totals within the lower run's tokens per step (1000 / 10 steps = 100) are matched already
+    near = {"e": (10, 1000), "f": (10, 1100), "g": (10, 1101)}
+    assert targets([MatchedPair("e", "f", "s"), MatchedPair("e", "g", "s")], near) == {"e": [1101]}
     ext = extension(last_step=100, total=1000, wanted=[3000, 2000])
     assert ext.until_tokens == 3000
     # each total it is compared at and every fifth of the budget past the 1000 it has already, less the fifths
@@ -182,6 +186,11 @@ def test_pairs_are_read_at_equal_tokens_from_the_long_runs_and_the_figure_draws_
     expected = np.mean([100 * _ave("grpo-n4", s, 60) for s in (0, 1, 2)])
     assert curve["ave"].iloc[-1] == pytest.approx(expected)
     assert curve["hi"].iloc[-1] - curve["lo"].iloc[-1] == pytest.approx(2.0)
+    # seeds that share no span (one checkpoint in a seed): one point, each seed's last checkpoint, all seeds
+    sb = points[points["method"] == "seq-balance"]
+    assert method_curve(sb)[["tokens", "seeds"]].values.tolist() == [[6000.0, 3]]
+    uneven = pd.DataFrame({"seed": [0, 1, 2, 2], "tokens": [10.0, 12.0, 11.0, 20.0], "ave": [1.0, 2.0, 3.0, 6.0]})
+    assert method_curve(uneven).iloc[0].tolist() == [14.0, 3.0, 1.0, 6.0, 3]
     drawn = {tuple(np.round(line.get_xydata()[-1], 6)) for ax in fig.axes for line in ax.get_lines()}
     assert (6000.0, round(expected, 6)) in drawn  # the long run's reading, marked at the matched point
     import matplotlib.pyplot as plt

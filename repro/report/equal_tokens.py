@@ -5,7 +5,8 @@ generated fewer tokens by its last step was trained on (`repro run --extend`, `r
 cumulative generated tokens reached the other side's total. Here each pair is read seed by seed: the side with
 more tokens at its final checkpoint (the per-step tables' reading), the other at the first step of its long run
 whose cumulative tokens reach that total (a kept, evaluated checkpoint), so the long side has at most one
-step's tokens more. Both are the weighted Ave@k of the tables' protocol; the held-out slice stays a training
+step's tokens more; two runs already that close (`sweep_matched.within_a_step`) are both read at their final
+checkpoints. Both are the weighted Ave@k of the tables' protocol; the held-out slice stays a training
 curve. The difference (method - reference) is paired by seed with the same t interval as the per-step
 comparisons. Each reading also carries how many passes over its prompt set the run had made
 (`training/epochs_seen`): the longer baseline repeats its prompts, a cost the comparison must show.
@@ -25,6 +26,7 @@ from repro.report import stats
 from repro.report.collect import GENERATED_CUMULATIVE
 from repro.report.matched import accuracy_by_tokens
 from repro.report.verdicts import CANNOT_TELL, points_text, stability_clause
+from repro.sweep_matched import within_a_step
 
 EPOCHS = "training/epochs_seen"
 CELL = ["backbone", "prompt_set", "method", "seed"]
@@ -112,8 +114,8 @@ def seed_pairs(
             readings[high] = Reading(
                 step, total[high], _epochs(final), 100 * float(evaluated[(*keys[high], step)]), False
             )
-        if total[low] == total[high]:
-            low_final = finals.loc[keys[low]]
+        low_final = finals.loc[keys[low]]
+        if within_a_step(total[low], int(low_final["step"]), total[high]):  # matched already: no long run
             step = int(low_final["step"])
             if (*keys[low], step) in evaluated.index:
                 readings[low] = Reading(

@@ -3,8 +3,9 @@
 One panel per backbone x prompt set, one line per method: each seed's curve is its run's evaluated checkpoints
 and then its compute-matched long run's (`repro.report.equal_tokens.curve_points`), taken onto a common token
 grid by linear interpolation between its own checkpoints (never beyond them), so seeds whose checkpoints fall
-at different token counts share one mean line and one band (the seeds' least to greatest). A method with one
-checkpoint per seed is a point at the mean over seeds with a bar over them. The readings `repro report`
+at different token counts share one mean line and one band (the seeds' least to greatest). A method whose
+seeds share no span of tokens (one checkpoint in some seed) is a point, each seed's last checkpoint at the
+mean over seeds, with a bar over them. The readings `repro report`
 compares at equal tokens are marked (diamonds: a long run's, circles: a final checkpoint's), the mean over
 seeds. `ave_vs_tokens` returns, besides the figure, the points it drew, so a test can check them against the
 evaluation records.
@@ -26,20 +27,17 @@ GRID = 40  # points of the common token grid a method's seeds are interpolated o
 
 def method_curve(points: pd.DataFrame) -> pd.DataFrame:
     """One method's seeds (`curve_points` rows) on a common grid: tokens, ave (mean), lo, hi (seeds' min, max),
-    seeds. The grid spans the tokens every seed covers; one checkpoint per seed gives one row at the means."""
+    seeds. The grid spans the tokens every seed covers; where they share no span (a seed with one checkpoint),
+    one row: each seed's last checkpoint, at the means."""
     curves = [rows.sort_values("tokens") for _, rows in points.groupby("seed")]
-    if all(len(c) == 1 for c in curves):
-        aves = [float(c["ave"].iloc[0]) for c in curves]
-        tokens = float(np.mean([float(c["tokens"].iloc[0]) for c in curves]))
+    start = max(float(c["tokens"].iloc[0]) for c in curves)
+    stop = min(float(c["tokens"].iloc[-1]) for c in curves)
+    if stop <= start:
+        aves = [float(c["ave"].iloc[-1]) for c in curves]
+        tokens = float(np.mean([float(c["tokens"].iloc[-1]) for c in curves]))
         return pd.DataFrame(
             {"tokens": [tokens], "ave": [np.mean(aves)], "lo": [min(aves)], "hi": [max(aves)], "seeds": [len(curves)]}
         )
-    curves = [c for c in curves if len(c) > 1]
-    start = max(float(c["tokens"].iloc[0]) for c in curves)
-    stop = min(float(c["tokens"].iloc[-1]) for c in curves)
-    if stop <= start:  # seeds' spans do not overlap: the longest seed alone
-        curves = [max(curves, key=lambda c: float(c["tokens"].iloc[-1]) - float(c["tokens"].iloc[0]))]
-        start, stop = float(curves[0]["tokens"].iloc[0]), float(curves[0]["tokens"].iloc[-1])
     grid = np.linspace(start, stop, GRID)
     values = np.array([np.interp(grid, c["tokens"].to_numpy(float), c["ave"].to_numpy(float)) for c in curves])
     return pd.DataFrame(
