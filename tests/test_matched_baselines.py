@@ -135,6 +135,7 @@ def test_a_matched_sweep_plans_each_long_run_once_its_pairs_have_finished(tmp_pa
 
     shown = CliRunner().invoke(app, ["sweep", "run", str(sweep_file), "--runs-root", str(root), "--dry-run"])
     assert shown.exit_code == 0, shown.output
+    assert shown.output.count("not yet: ") == 3  # seed 1's long runs, each with the runs it waits for
     line = next(x for x in shown.output.splitlines() if "--extend" in x)
     assert f"--extend {root.absolute()}/{BACKBONE}__grpo-n4__standard__s0 --until-tokens 6000" in line
     # fifths of 6000 less those within 600 of 2000 or 6000 (2400 is 400 away): 1200, 3600, 4800 and the totals
