@@ -26,7 +26,14 @@ from dataclasses import dataclass
 import pandas as pd
 
 from repro.report import matched, stats, tables
-from repro.report.verdicts import CANNOT_TELL, NO_LOSS_MARGIN, no_loss_verdict, stability_clause, verdict
+from repro.report.verdicts import (
+    CANNOT_TELL,
+    NO_LOSS_MARGIN,
+    interval_text,
+    no_loss_verdict,
+    stability_clause,
+    verdict,
+)
 
 BETTER = "better"
 NO_LOSS = "no loss"
@@ -83,14 +90,6 @@ def _judge(claim: str | None, interval: stats.Interval) -> str | None:
     return verdict(interval, 1.0) if claim == BETTER else no_loss_verdict(interval)
 
 
-def _interval_text(interval: stats.Interval) -> str:
-    if interval.n == 0:
-        return "no seed measured by both"
-    if not interval.has_interval:
-        return f"{interval.mean:+.1f} points on 1 seed (no interval)"
-    return f"{interval.mean:+.1f} points, 95% CI [{interval.low:.1f}, {interval.high:.1f}] over {interval.n} seeds"
-
-
 def _verdict_text(claim: str | None, outcome: str | None, values: list[float]) -> str:
     if claim is None or outcome is None:
         return "no claim to judge"
@@ -118,9 +117,9 @@ def claim_lines(
     )
     lines = [
         f"- **{claim.method} vs {claim.reference}** ({backbone}, {claim.prompt_set}). Claim: {claim.claim}.",
-        f"  - Per step (final checkpoint, weighted Ave@k): {_interval_text(step_interval)}; "
+        f"  - Per step (final checkpoint, weighted Ave@k): {interval_text(step_interval)}; "
         + _verdict_text(claim.per_step, step_outcome, step_values),
-        f"  - At equal generated tokens ({where or 'no budget both reach'}): {_interval_text(token_interval)}; "
+        f"  - At equal generated tokens ({where or 'no budget both reach'}): {interval_text(token_interval)}; "
         + _verdict_text(claim.per_token, token_outcome, token_values),
     ]
     return lines, {"step": step_outcome, "token": token_outcome}

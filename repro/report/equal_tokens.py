@@ -25,7 +25,7 @@ import pandas as pd
 from repro.report import stats
 from repro.report.collect import GENERATED_CUMULATIVE
 from repro.report.matched import accuracy_by_tokens
-from repro.report.verdicts import CANNOT_TELL, points_text, stability_clause
+from repro.report.verdicts import CANNOT_TELL, interval_text, stability_clause
 from repro.sweep_matched import within_a_step
 
 EPOCHS = "training/epochs_seen"
@@ -181,21 +181,13 @@ def _span(values: list[float], fmt: Callable[[float], str]) -> str:
     return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)}-{fmt(high)}"
 
 
-def _interval_text(interval: stats.Interval) -> str:
-    if not interval.has_interval:
-        return f"{points_text(interval.mean)} points on 1 seed (no interval)"
-    return (
-        f"{points_text(interval.mean)} points, 95% CI [{interval.low:.1f}, {interval.high:.1f}] over {interval.n} seeds"
-    )
-
-
 def sentence(tables: dict[str, pd.DataFrame], per_step: list[float], backbone: str, judged: Judged) -> str | None:
     """The report's bullet for one comparison: both readings, the equal-token verdict and its stability, and the
     tokens, steps and epochs of each side; None when neither side ran on this backbone and prompt set."""
     pairs, missing = seed_pairs(tables, backbone, judged.prompt_set, judged.method, judged.reference)
     head = f"**{judged.title}** ({backbone}, {judged.prompt_set})"
     step_interval = stats.t_interval(per_step)
-    step_text = _interval_text(step_interval) if step_interval.n else "not measured"
+    step_text = interval_text(step_interval) if step_interval.n else "not measured"
     if not pairs:
         if not missing:
             return None
@@ -210,7 +202,7 @@ def sentence(tables: dict[str, pd.DataFrame], per_step: list[float], backbone: s
         epochs = _span([r.epochs for r in side], lambda v: f"{v:.1f}")
         sides.append(f"{name} {grown}step {steps} ({_span([r.tokens for r in side], _tokens)} tokens, {epochs} epochs)")
     text = (
-        f"{head}: per step {step_text}; **at equal generated tokens {_interval_text(interval)}** "
+        f"{head}: per step {step_text}; **at equal generated tokens {interval_text(interval)}** "
         f"({' vs '.join(sides)}); "
     )
     if outcome is None:

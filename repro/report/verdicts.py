@@ -43,6 +43,17 @@ def points_text(value: float) -> str:
     return f"{value:+.1f}" if value else "0.0"
 
 
+def interval_text(interval: stats.Interval) -> str:
+    """A paired difference in words: its mean, 95% t interval and seeds (one seed: no interval)."""
+    if interval.n == 0:
+        return "no seed measured by both"
+    if not interval.has_interval:
+        return f"{points_text(interval.mean)} points on 1 seed (no interval)"
+    return (
+        f"{points_text(interval.mean)} points, 95% CI [{interval.low:.1f}, {interval.high:.1f}] over {interval.n} seeds"
+    )
+
+
 FIRM_REPEAT = 0.8  # a decided verdict is "firm" when n fresh seeds would repeat it at least this often
 
 
