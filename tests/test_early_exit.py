@@ -1,0 +1,169 @@
+"""The order-preserving exit keeps what a one-at-a-time sampler keeps, length included; the first-returned exit
+does not (issue 46). Exact enumeration with rational probabilities: every sequence of responses (reward,
+length) a prompt can draw over the cap, i.i.d. with a joint law in which short responses are more often
+correct; rounds of M requested at once, returning in order of length (ties by request order); the distribution
+of the kept responses (their rewards and lengths, in request order) under each rule, against the sequential
+sampler's. Not against the code itself: the sequential reference is written out here."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from repro.sampling.early_exit import first_returned, order_preserving_exit, shortest_meeting_prefix
+from repro.sampling.settings import SeqSettings
+
+# a response: (reward, length); short (1) responses are correct more often than long (2) ones
+LAW = {(1, 1): Fraction(3, 10), (1, 2): Fraction(1, 10), (0, 1): Fraction(2, 10), (0, 2): Fraction(4, 10)}
+ROUND, ROUNDS = 2, 3  # M responses requested at once, N rounds: a cap of 6 responses
+
+
+def _spec(rule: str) -> SeqSettings:
+    return SeqSettings(
+        n=2,
+        exit_rule=rule,
+        round_size=ROUND,
+        max_rounds=ROUNDS,
+        k_pos=1,
+        streaming=False,
+        downsample="random",
+        unresolved="keep",
+        global_std_norm=False,
+    )
+
+
+def _sequential(rule: str, draws: tuple) -> tuple:
+    """The reference, written out: draw one response at a time, stop as soon as the pool meets the rule."""
+    pos = neg = 0
+    for i, (reward, _length) in enumerate(draws):
+        pos, neg = pos + reward, neg + (1 - reward)
+        if (rule == "pos" and pos >= 1) or (rule == "balance" and pos >= 1 and neg >= 1):
+            return draws[: i + 1]
+    return draws
+
+
+def _completion_order(round_draws: tuple) -> list[int]:
+    return sorted(range(len(round_draws)), key=lambda i: (round_draws[i][1], i))
+
+
+def _order_preserving(rule: str, draws: tuple) -> tuple:
+    spec = _spec(rule)
+    for r in range(ROUNDS):
+        requested = draws[: (r + 1) * ROUND]
+        returned = np.zeros(len(requested), dtype=bool)
+        returned[: r * ROUND] = True  # the earlier rounds have all returned
+        for i in _completion_order(requested[r * ROUND :]):
+            returned[r * ROUND + i] = True
+            keep = order_preserving_exit(spec, np.array([d[0] for d in requested]), returned)
+            if keep is not None:
+                return requested[:keep]  # every response after the prefix is cancelled
+    return draws
+
+
+def _first_returned(rule: str, draws: tuple) -> tuple:
+    spec = _spec(rule)
+    by_return: list = []
+    for r in range(ROUNDS):
+        batch = draws[r * ROUND : (r + 1) * ROUND]
+        for i in _completion_order(batch):
+            by_return.append(batch[i])
+            keep = first_returned(spec, np.array([d[0] for d in by_return]))
+            if keep is not None:
+                return tuple(by_return[:keep])
+    return tuple(by_return)
+
+
+def _law_of(rule: str, keep) -> dict[tuple, Fraction]:
+    out: dict[tuple, Fraction] = {}
+    for draws in itertools.product(LAW, repeat=ROUND * ROUNDS):
+        p = Fraction(1)
+        for d in draws:
+            p *= LAW[d]
+        kept = keep(rule, draws)
+        out[kept] = out.get(kept, Fraction(0)) + p
+    return out
+
+
+def _mean(law: dict[tuple, Fraction], of) -> Fraction:
+    return sum((p * of(kept) for kept, p in law.items()), Fraction(0))
+
+
+@pytest.mark.parametrize("rule", ["pos", "balance"])
+def test_the_order_preserving_exit_keeps_exactly_what_a_one_at_a_time_sampler_keeps(rule: str) -> None:
+    reference = _law_of(rule, _sequential)
+    assert sum(reference.values()) == 1
+    assert _law_of(rule, _order_preserving) == reference  # kept rewards and lengths, jointly and in order
+
+
+@pytest.mark.parametrize("rule", ["pos", "balance"])
+def test_the_first_returned_exit_keeps_shorter_and_more_often_correct_responses(rule: str) -> None:
+    reference, biased = _law_of(rule, _sequential), _law_of(rule, _first_returned)
+    assert sum(biased.values()) == 1 and biased != reference
+
+    def length(kept) -> Fraction:
+        return Fraction(sum(d[1] for d in kept), len(kept))
+
+    def reward(kept) -> Fraction:
+        return Fraction(sum(d[0] for d in kept), len(kept))
+
+    # the mean length of a kept response is lower, and (short and correct being correlated) its mean reward
+    # higher, than the sequential sampler's: the update group is no longer a sample of the policy
+    assert _mean(biased, length) < _mean(reference, length)
+    assert _mean(biased, reward) > _mean(reference, reward)
+
+
+def test_a_prefix_counts_only_once_all_its_responses_have_returned() -> None:
+    spec = _spec("pos")
+    rewards = np.array([0, 1, 1, 0])
+    assert order_preserving_exit(spec, rewards, np.array([False, True, True, True])) is None  # response 0 out
+    assert order_preserving_exit(spec, rewards, np.array([True, True, False, False])) == 2
+    assert order_preserving_exit(spec, rewards, np.array([True, False, True, True])) is None
+    assert shortest_meeting_prefix(_spec("balance"), np.array([1, 1, 0, 1])) == 3
+    assert shortest_meeting_prefix(_spec("balance"), np.array([1, 1, 1])) is None
+
+
+def _tokens(rule: str, draws: tuple, cancel: bool) -> int:
+    """Tokens generated for one prompt: a round's M responses start together and a response of length l has
+    generated l tokens when it returns; with the paper's round barrier every requested response finishes, with
+    the order-preserving exit the round's in-flight responses stop at the moment the rule holds on a prefix."""
+    spec, total = _spec(rule), 0
+    for r in range(ROUNDS):
+        requested = draws[: (r + 1) * ROUND]
+        batch = requested[r * ROUND :]
+        returned = np.zeros(len(requested), dtype=bool)
+        returned[: r * ROUND] = True
+        for i in _completion_order(batch):
+            returned[r * ROUND + i] = True
+            if cancel and order_preserving_exit(spec, np.array([d[0] for d in requested]), returned) is not None:
+                return total + sum(min(d[1], batch[i][1]) for d in batch)  # the rest cut at this moment
+        total += sum(d[1] for d in batch)
+        if shortest_meeting_prefix(spec, np.array([d[0] for d in requested])) is not None:
+            return total  # the paper's Seq: the rule is checked once the round has returned
+    return total
+
+
+@pytest.mark.parametrize("rule", ["pos", "balance"])
+def test_the_order_preserving_exit_generates_fewer_tokens_than_the_round_barrier(rule: str) -> None:
+    expected = {}
+    for cancel in (False, True):
+        total = Fraction(0)
+        for draws in itertools.product(LAW, repeat=ROUND * ROUNDS):
+            p = Fraction(1)
+            for d in draws:
+                p *= LAW[d]
+            total += p * _tokens(rule, draws, cancel)
+        expected[cancel] = total
+    # the round barrier in closed form: a round costs 2 E[l] = 3 tokens, and round r+1 happens when the first r
+    # rounds' 2r responses do not meet the rule (pos: none correct, 0.6 each; balance: all alike)
+    p_pos = Fraction(4, 10)
+    stuck = {
+        "pos": [(1 - p_pos) ** (2 * r) for r in range(ROUNDS)],
+        "balance": [Fraction(1) if r == 0 else p_pos ** (2 * r) + (1 - p_pos) ** (2 * r) for r in range(ROUNDS)],
+    }[rule]
+    assert expected[False] == 3 * sum(stuck)  # 4.4688 and 5.0256
+    # the cut pays for what it keeps (the sequential law's kept lengths) and less than the barrier
+    kept = _mean(_law_of(rule, _sequential), lambda k: Fraction(sum(d[1] for d in k)))
+    assert kept < expected[True] < expected[False]
