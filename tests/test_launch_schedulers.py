@@ -70,6 +70,12 @@ def test_slurm_runs_a_cell_through_its_sbatch_script(slurm_env, tmp_path) -> Non
     attempts = json.loads((run / "status.json").read_text())["attempts"]
     assert [(a["launcher"], a["job_id"], a["state"]) for a in attempts] == [("slurm", job_id, "finished")]
     assert _steps(run) == [1, 2]
+    # the cell is finished once its status says so, a moment before its process prints its last line and exits:
+    # read the job's output once Slurm has the job out of its queue (the process has ended), not before
+    deadline = time.monotonic() + 120  # a guard only: the moment waited for is the job's own end
+    while subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True).stdout.strip():
+        assert time.monotonic() < deadline, f"job {job_id} never left the queue"
+        time.sleep(0.1)
     out = (run / "slurm" / f"slurm-{job_id}.out").read_text()
     assert "finished" in out and "at step 2 in" in " ".join(out.split())
     # the same sweep again: nothing to do, no new job
