@@ -84,7 +84,7 @@ CLAIMS = (
 )
 
 
-def _judge(claim: str | None, interval: stats.Interval) -> str | None:
+def judge_claim(claim: str | None, interval: stats.Interval) -> str | None:
     if claim is None:
         return None
     return verdict(interval, 1.0) if claim == BETTER else no_loss_verdict(interval)
@@ -104,12 +104,12 @@ def claim_lines(
     """The report's bullet for one claim on one backbone, and its two verdicts ({"step": ..., "token": ...})."""
     step_values = list(tables.paired_values(by_seed, backbone, claim.prompt_set, claim.method, claim.reference))
     step_interval = stats.t_interval(step_values)
-    step_outcome = _judge(claim.per_step, step_interval) if step_interval.n else CANNOT_TELL
+    step_outcome = judge_claim(claim.per_step, step_interval) if step_interval.n else CANNOT_TELL
     token_values, reads = matched.paired_at_equal_tokens(
         points, backbone, claim.prompt_set, claim.method, claim.reference
     )
     token_interval = stats.t_interval(token_values)
-    token_outcome = _judge(claim.per_token, token_interval) if token_interval.n else CANNOT_TELL
+    token_outcome = judge_claim(claim.per_token, token_interval) if token_interval.n else CANNOT_TELL
     if claim.per_token is None:
         token_outcome = None
     where = ", ".join(

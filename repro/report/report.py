@@ -314,56 +314,23 @@ def equal_token_comparisons() -> list[equal_tokens.Judged]:
     """Every comparison the report makes, as the equal-token section judges it: the paper's on the sign of the
     paper's per-step difference, async on "no loss", the bench's on its paper's per-token claim (none: no
     verdict)."""
+
+    def judged(c: Comparison | bench.BenchClaim, judge, rule: str, shift: float = 0.0) -> equal_tokens.Judged:
+        title = c.title if isinstance(c, Comparison) else f"{_label(c.method)} vs {_label(c.reference)}"
+        return equal_tokens.Judged(title, c.method, c.reference, c.prompt_set, judge, rule, shift)
+
     out = []
     for comparison in COMPARISONS:
         delta = paper_difference(PAPER_STAND_IN, comparison)[0]
         rule = f"on the sign of the paper's per-step difference ({points_text(delta)})" if delta else "no paper sign"
-        out.append(
-            equal_tokens.Judged(
-                comparison.title,
-                comparison.method,
-                comparison.reference,
-                comparison.prompt_set,
-                lambda interval, d=delta: verdict(interval, d),
-                rule,
-            )
-        )
-    for comparison in ASYNC_COMPARISONS:
-        out.append(
-            equal_tokens.Judged(
-                comparison.title,
-                comparison.method,
-                comparison.reference,
-                comparison.prompt_set,
-                no_loss_verdict,
-                f'against "no loss" (a loss under {NO_LOSS_MARGIN:.1f} point)',
-                NO_LOSS_MARGIN,
-            )
-        )
-    for claim in bench.CLAIMS:
-        title = f"{_label(claim.method)} vs {_label(claim.reference)}"
-        if claim.per_token is None:
-            out.append(
-                equal_tokens.Judged(
-                    title,
-                    claim.method,
-                    claim.reference,
-                    claim.prompt_set,
-                    lambda interval: None,
-                    "its paper claims nothing per token",
-                )
-            )
-        elif claim.per_token == bench.BETTER:
-            out.append(
-                equal_tokens.Judged(
-                    title,
-                    claim.method,
-                    claim.reference,
-                    claim.prompt_set,
-                    lambda interval: verdict(interval, 1.0),
-                    "on its paper's claim (better)",
-                )
-            )
+        out.append(judged(comparison, lambda interval, d=delta: verdict(interval, d), rule))
+    no_loss = f'against "no loss" (a loss under {NO_LOSS_MARGIN:.1f} point)'
+    out += [judged(c, no_loss_verdict, no_loss, NO_LOSS_MARGIN) for c in ASYNC_COMPARISONS]
+    rules = {None: "its paper claims nothing per token", bench.BETTER: "on its paper's claim (better)"}
+    for claim in bench.CLAIMS:  # the bench's own judge of its paper's per-token claim
+        rule = rules.get(claim.per_token, no_loss)
+        shift = NO_LOSS_MARGIN if claim.per_token == bench.NO_LOSS else 0.0
+        out.append(judged(claim, lambda interval, c=claim.per_token: bench.judge_claim(c, interval), rule, shift))
     return out
 
 
