@@ -18,7 +18,12 @@ PAPER_HF_IDS = {
     "qwen3-4b-instruct": "Qwen/Qwen3-4B-Instruct-2507",
 }
 PAPER_METHODS = ["grpo-n4", "grpo-n8", "grpo-n16", "dapo", "seq-pos", "seq-balance", "est"]
-ALL_METHODS = [*PAPER_METHODS, "est-released", "seq-pos-stream", "seq-balance-stream", "pods-16-4", "knapsack", "greso"]
+ALL_METHODS = [
+    *PAPER_METHODS,
+    *("est-released", "seq-pos-stream", "seq-balance-stream"),
+    *("seq-pos-exit", "seq-balance-exit", "seq-balance-exit-stream", "seq-balance-exit-first"),
+    *("pods-16-4", "knapsack", "greso"),
+]
 # (backbone, method) cells with a reported number in paper/table1_per_benchmark.csv and
 # paper/weighted_average_all_methods.csv
 PAPER_CELLS = {
@@ -50,6 +55,10 @@ EXPECTED_SPECS = {
     "seq-balance": {**SEQ, "exit_rule": "balance", "streaming": False},
     "seq-pos-stream": {**SEQ, "exit_rule": "pos", "streaming": True},
     "seq-balance-stream": {**SEQ, "exit_rule": "balance", "streaming": True},
+    "seq-pos-exit": {**SEQ, "exit_rule": "pos", "k_pos": 1, "streaming": False, "early_exit": "order"},
+    "seq-balance-exit": {**SEQ, "exit_rule": "balance", "streaming": False, "early_exit": "order"},
+    "seq-balance-exit-stream": {**SEQ, "exit_rule": "balance", "streaming": True, "early_exit": "order"},
+    "seq-balance-exit-first": {**SEQ, "exit_rule": "balance", "streaming": False, "early_exit": "first-returned"},
     "est": {
         "kind": "est",
         "n_avg": 8,
@@ -166,6 +175,10 @@ def test_all_methods_present_and_streams_are_ours() -> None:
         "est-released": "released code",
         "seq-pos-stream": "ours",
         "seq-balance-stream": "ours",
+        "seq-pos-exit": "ours",
+        "seq-balance-exit": "ours",
+        "seq-balance-exit-stream": "ours",
+        "seq-balance-exit-first": "ours",
         "pods-16-4": "literature",
         "knapsack": "literature",
         "greso": "literature",
@@ -178,6 +191,19 @@ def test_method_builds_spec_with_paper_values(key: str) -> None:
     got = {name: getattr(spec, name) for name in EXPECTED_SPECS[key]}
     assert got == EXPECTED_SPECS[key]
     assert spec.problems() == []
+
+
+@pytest.mark.parametrize(
+    ("variant", "base", "changes"),
+    [
+        ("seq-pos-exit", "seq-pos", {"early_exit": "order"}),
+        ("seq-balance-exit", "seq-balance", {"early_exit": "order"}),
+        ("seq-balance-exit-stream", "seq-balance", {"early_exit": "order", "streaming": True}),
+        ("seq-balance-exit-first", "seq-balance", {"early_exit": "first-returned"}),
+    ],
+)
+def test_exit_variants_differ_only_in_their_exit(variant: str, base: str, changes: dict) -> None:
+    assert catalog.get_method(variant).sampler_spec() == catalog.get_method(base).sampler_spec(**changes)
 
 
 @pytest.mark.parametrize("rule", ["pos", "balance"])

@@ -15,6 +15,8 @@ import pytest
 
 from repro.sampling.early_exit import first_returned, order_preserving_exit, shortest_meeting_prefix
 from repro.sampling.settings import SeqSettings
+from repro.sampling.spec import SamplerSpec
+from repro.sampling.step import StepSampler
 
 # a response: (reward, length); short (1) responses are correct more often than long (2) ones
 LAW = {(1, 1): Fraction(3, 10), (1, 2): Fraction(1, 10), (0, 1): Fraction(2, 10), (0, 2): Fraction(4, 10)}
@@ -36,11 +38,12 @@ def _spec(rule: str) -> SeqSettings:
 
 
 def _sequential(rule: str, draws: tuple) -> tuple:
-    """The reference, written out: draw one response at a time, stop as soon as the pool meets the rule."""
+    """The reference, written out: draw one response at a time, stop as soon as the pool of at least n = 2
+    meets the rule."""
     pos = neg = 0
     for i, (reward, _length) in enumerate(draws):
         pos, neg = pos + reward, neg + (1 - reward)
-        if (rule == "pos" and pos >= 1) or (rule == "balance" and pos >= 1 and neg >= 1):
+        if i >= 1 and ((rule == "pos" and pos >= 1) or (rule == "balance" and pos >= 1 and neg >= 1)):
             return draws[: i + 1]
     return draws
 
@@ -167,3 +170,83 @@ def test_the_order_preserving_exit_generates_fewer_tokens_than_the_round_barrier
     # the cut pays for what it keeps (the sequential law's kept lengths) and less than the barrier
     kept = _mean(_law_of(rule, _sequential), lambda k: Fraction(sum(d[1] for d in k)))
     assert kept < expected[True] < expected[False]
+
+
+def _through_the_sampler(rule: str, mode: str, draws: tuple) -> tuple:
+    """The pool `StepSampler` ends a step with, one prompt driven response by response in completion order (the
+    drivers' path), under the spec's early exit."""
+    spec = SamplerSpec(kind="seq", n=2, exit_rule=rule, round_size=ROUND, max_rounds=ROUNDS, early_exit=mode)
+    sampler, pool, drawn = StepSampler(spec, ["x"]), [], 0
+    while True:
+        slots, counts = sampler.plan()
+        if slots.size == 0:
+            break
+        batch, drawn = draws[drawn : drawn + int(counts[0])], drawn + int(counts[0])
+        for i in _completion_order(batch):
+            end = sampler.returned(0, i, float(batch[i][0]))
+            if end is not None:
+                pool += [batch[k] for k in end.kept]
+                break
+    assert sampler.done() and sampler.count[0] == len(pool)
+    assert list(sampler.rewards[0, : len(pool)]) == [float(d[0]) for d in pool]  # the pool's rewards, its order
+    return tuple(pool)
+
+
+@pytest.mark.parametrize("rule", ["pos", "balance"])
+def test_the_sampler_keeps_the_sequential_law_under_the_order_exit_and_the_biased_one_under_first_returned(
+    rule: str,
+) -> None:
+    assert _law_of(rule, lambda r, d: _through_the_sampler(r, "order", d)) == _law_of(rule, _sequential)
+
+    def sorted_law(keep) -> dict:
+        out: dict = {}
+        for kept, p in _law_of(rule, keep).items():
+            out[tuple(sorted(kept))] = out.get(tuple(sorted(kept)), Fraction(0)) + p
+        return out
+
+    through = sorted_law(lambda r, d: _through_the_sampler(r, "first-returned", d))
+    assert through == sorted_law(_first_returned) != sorted_law(_sequential)
+
+
+def test_the_sampler_counts_what_it_cancels_and_drops_and_keeps_the_first_n_for_the_reward_metric() -> None:
+    spec = SamplerSpec(kind="seq", n=4, exit_rule="balance", round_size=8, max_rounds=2, early_exit="order")
+    sampler = StepSampler(spec, ["a", "b"])
+    slots, counts = sampler.plan()
+    assert slots.tolist() == [0, 1] and counts.tolist() == [8, 8]
+    # prompt a: positions 0-4 return (1, 0, 1, 0 then 1 at 4) before 5-7: the prefix of 4 meets the rule at the
+    # 4th return; position 4 had returned (dropped), 5-7 are cancelled
+    for position, reward in [(4, 1.0), (0, 1.0), (1, 0.0), (2, 1.0)]:
+        assert sampler.returned(0, position, reward) is None
+    end = sampler.returned(0, 3, 0.0)
+    assert end is not None and end.kept.tolist() == [0, 1, 2, 3]
+    assert end.cancelled.tolist() == [5, 6, 7] and end.dropped.tolist() == [4] and end.cut
+    with pytest.raises(ValueError, match="are not outstanding responses"):
+        sampler.returned(0, 5, 1.0)
+    # prompt b: all correct, never decided: its batch ends whole, then a second round
+    for position in range(8):
+        end = sampler.returned(1, position, 1.0)
+    assert end is not None and end.kept.tolist() == list(range(8)) and not end.cut
+    slots, counts = sampler.plan()
+    assert slots.tolist() == [1] and counts.tolist() == [8]
+    for position in range(8):
+        end = sampler.returned(1, position, 0.0 if position < 2 else 1.0)
+        if end is not None:
+            break
+    # the pool 8 positives then 0, 0: the rule holds at the 10th response, the second round's 2nd
+    assert position == 1 and end.kept.tolist() == [0, 1] and end.cancelled.tolist() == list(range(2, 8))
+    result = sampler.finalize()
+    assert result.pool_size.tolist() == [4, 10]
+    assert result.pool_positives.tolist() == [2, 8]
+    assert result.exit_round.tolist() == [1, 2]
+    assert result.metrics["exit/responses_cancelled"] == 9 and result.metrics["exit/responses_dropped"] == 1
+    # the reward metric reads each prompt's first n = 4 responses, a fixed-size sample: (2/4 + 4/4) / 2
+    assert result.metrics["sampler/first_draw_reward_mean"] == pytest.approx(0.75)
+    assert result.metrics["sampler/additional_samples"] == 14 - 4 - 8
+
+
+def test_the_early_exit_is_refused_outside_seq_and_off_by_default() -> None:
+    assert SamplerSpec(kind="seq").early_exit == "off" and "early_exit" not in SamplerSpec(kind="seq").to_dict()
+    with pytest.raises(ValueError, match="early_exit applies to seq only"):
+        SamplerSpec(kind="uniform", early_exit="order")
+    with pytest.raises(ValueError, match="early_exit must be one of off, order, first-returned"):
+        SamplerSpec(kind="seq", early_exit="sometimes")

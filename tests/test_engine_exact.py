@@ -82,6 +82,24 @@ class LoopEngine:
         return done
 
 
+    def cancel(self, request_ids) -> dict[int, float]:
+        wanted, out = set(request_ids), {}
+        for request_id, tokens in self._queue:
+            if request_id in wanted:
+                out[request_id] = tokens
+        self._queue = deque(item for item in self._queue if item[0] not in wanted)
+        for replica, ids in enumerate(self._ids):
+            stay = np.array([request_id not in wanted for request_id in ids], dtype=bool)
+            for request_id, left in zip(ids, self._left[replica].tolist(), strict=True):
+                if request_id in wanted:
+                    out[request_id] = left
+            self._ids[replica] = [r for r, s in zip(ids, stay, strict=True) if s]
+            self._left[replica] = self._left[replica][stay] if stay.size else self._left[replica]
+        if out:
+            self._admit()
+        return out
+
+
 def _totals(engine) -> tuple[float, ...]:
     return (engine.now, engine.tokens, engine.busy, engine.queued_until, engine.full)
 
@@ -94,7 +112,7 @@ def test_the_array_engine_replays_the_loop_engine_bit_for_bit(seed: int) -> None
         prefill_per_token=float(rng.choice([0.0, 2e-5])), prompt_tokens=300,
     )  # fmt: skip
     new, old = BatchingEngine(model), LoopEngine(model)
-    next_id = 0
+    next_id, running_cancelled = 0, 0
     for _ in range(300):
         if rng.random() < 0.4 or old.idle:  # a burst of requests, equal lengths among them now and then
             lengths = rng.integers(1, 60, size=int(rng.integers(1, 12)))
@@ -116,3 +134,13 @@ def test_the_array_engine_replays_the_loop_engine_bit_for_bit(seed: int) -> None
         assert new.advance(dt) == old.advance(dt)
         assert _totals(new) == _totals(old)
         assert new.idle == old.idle
+        if rng.random() < 0.2 and next_id:  # the early exit: cancel some requests, queued, running or finished
+            ids = rng.choice(next_id, size=min(next_id, int(rng.integers(1, 6))), replace=False).tolist()
+            running = {int(i) for i in new._ids[new._left == new._left].tolist()} & set(ids)  # non-NaN slots
+            stopped = new.cancel(ids)
+            assert stopped == old.cancel(ids)
+            running_cancelled += len(running)
+            assert all(stopped[i] > 0 for i in running)  # a running request stops with tokens left
+            assert _totals(new) == _totals(old) and new.time_to_next() == old.time_to_next()
+            assert new.running() == sum(len(ids) for ids in old._ids)
+    assert running_cancelled >= 5  # the cancellations hit running requests, not only queued or finished ones

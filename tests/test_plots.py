@@ -88,7 +88,7 @@ def _synthetic_training() -> pd.DataFrame:
 
 def test_every_method_has_a_distinct_fixed_colour():
     assert set(style.METHOD_COLORS) == set(style.METHOD_ORDER) == set(catalog.methods())
-    assert len(set(style.METHOD_COLORS.values())) == len(style.METHOD_ORDER) == len(catalog.methods()) == 13
+    assert len(set(style.METHOD_COLORS.values())) == len(style.METHOD_ORDER) == len(catalog.methods()) == 17
     assert style.method_color("not-a-method") == style.method_color("not-a-method")  # stable fallback
 
 

@@ -207,6 +207,11 @@ def run(
         )
     if model_path is not None:
         check_model_path(model_path)
+    if cell.engine != "verl" and (train_file is not None or val_file is not None):
+        raise ReproError(
+            "--train-file and --val-file are read by verl runs (GPU backbones, or --engine verl); the CPU trainer "
+            "trains on the backbone's prompt set (`repro data filter` builds it): drop them, or add --engine verl"
+        )
     path = run_dir or runs_root / (cell.name + (MATCHED_SUFFIX if extend is not None else ""))
     if extend is not None and cell.engine == "verl":
         raise ReproError("--extend is the CPU trainer's for now; on verl, resume the run with a larger --steps")

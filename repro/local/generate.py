@@ -13,6 +13,7 @@ of a forward's time. Any other model (the tests' fixed-distribution stand-ins, a
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +107,7 @@ def sample(
     uniforms: torch.Tensor | None = None,
     compact: bool = True,
     share_prompts: bool = False,
+    on_finish: Callable[[list[tuple[int, list[int]]]], Iterable[int]] | None = None,
 ) -> list[list[int]]:
     """One response per prompt (repeat a prompt to get several); each ends at EOS (included) or the cap.
 
@@ -124,7 +126,11 @@ def sample(
     samples of a prompt): fewer FLOPs, other bits than a prefill of every row (a matmul's rows change with
     their count under the pin), so a caller asks for it: since model 6 every one does (the CPU trainer, its
     held-out check, the Ave@32 sampler, the filter's pass counts, the model build's probe).
-    A model that keeps no cache (the tests' stand-ins) prefills every row."""
+    A model that keeps no cache (the tests' stand-ins) prefills every row.
+
+    `on_finish` (the early exit, issue 46) hears of every row as it ends, (row, its tokens) in row order at each
+    decode step, and answers with rows to cancel: they stop decoding at once and come back cut where they were
+    (no EOS). Every other row's tokens are what they would have been without it (each reads its own numbers)."""
     if not prompts:
         return []
     ids, mask = left_pad(prompts, pad_id)
@@ -158,8 +164,18 @@ def sample(
         nxt = torch.searchsorted(cdf, u * cdf[:, -1:]).squeeze(1).clamp(max=probs.shape[-1] - 1)
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         tokens[rows, t] = nxt
-        done |= nxt == eos_id
-        if bool(done.all()) or t == max_new_tokens - 1:
+        ended = nxt == eos_id
+        done |= ended
+        last = t == max_new_tokens - 1
+        if on_finish is not None:
+            ending = (ended | ~done) if last else ended  # at the cap every running row ends
+            if bool(ending.any()):
+                ended_rows = rows[ending].tolist()
+                finished = [(row, _cut(tokens[row, : t + 1].tolist(), eos_id, pad_id)) for row in ended_rows]
+                cancel = set(on_finish(finished)) - set(ended_rows)
+                if cancel and not last:
+                    done |= torch.tensor([row in cancel for row in rows.tolist()], dtype=torch.bool)
+        if bool(done.all()) or last:
             break
         if compact and compact_due(int(done.sum()), len(rows)):
             keep = torch.nonzero(~done).squeeze(1)
@@ -178,11 +194,13 @@ def sample(
                 use_cache=True,
             )
             cache, logits = out.past_key_values, out.logits[:, -1, :]
-    result = []
-    for row in tokens.tolist():
-        cut = row.index(eos_id) + 1 if eos_id in row else len(row)
-        result.append([tok for tok in row[:cut] if tok != pad_id])
-    return result
+    return [_cut(row, eos_id, pad_id) for row in tokens.tolist()]
+
+
+def _cut(row: list[int], eos_id: int, pad_id: int) -> list[int]:
+    """A row's response: its tokens up to the first EOS (included), pads left out."""
+    cut = row.index(eos_id) + 1 if eos_id in row else len(row)
+    return [tok for tok in row[:cut] if tok != pad_id]
 
 
 def make_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> Batch:

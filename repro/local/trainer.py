@@ -302,18 +302,63 @@ class CpuTrainer:
         self, model: torch.nn.Module, slots_prompts: list[Prompt], counts: np.ndarray
     ) -> tuple[list[list[int]], list[float]]:
         flat_prompts = [p for p, c in zip(slots_prompts, counts, strict=True) for _ in range(int(c))]
-        responses = sample(
+        responses = self._sample(model, flat_prompts)
+        texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+        scores = [compute_score(p.data_source, t, p.ground_truth) for p, t in zip(flat_prompts, texts, strict=True)]
+        return responses, scores
+
+    def _sample(self, model: torch.nn.Module, prompts: list[Prompt], on_finish=None) -> list[list[int]]:
+        """One response per prompt from the run's generator (the loop `repro.local.generate.sample`)."""
+        return sample(
             model,
-            [p.question_ids for p in flat_prompts],
+            [p.question_ids for p in prompts],
             max_new_tokens=self.train.max_response_length,
             eos_id=self.tokenizer.eos_token_id,
             pad_id=self.tokenizer.pad_token_id,
             generator=self.generator,
             share_prompts=True,
+            on_finish=on_finish,
         )
-        texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
-        scores = [compute_score(p.data_source, t, p.ground_truth) for p, t in zip(flat_prompts, texts, strict=True)]
-        return responses, scores
+
+    def _generate_cut(
+        self, model: torch.nn.Module, sampler: StepSampler, slots: np.ndarray, counts: np.ndarray
+    ) -> tuple[dict[int, list[list[int]]], int, int]:
+        """One round under the early exit: every response is scored as it ends and reported to the sampler in
+        its place of the request order; when a prompt's batch ends (`BatchEnd`) its responses still decoding are
+        cancelled in the loop. Returns each slot's kept responses (pool order), the tokens of every response
+        generated (cancelled ones as far as they got) and of the cancelled ones."""
+        ids = sampler.prompt_ids
+        where = [(int(slot), k) for slot, count in zip(slots, counts, strict=True) for k in range(int(count))]
+        first = {int(slot): row for row, (slot, k) in enumerate(where) if k == 0}
+        prompts = [self.prompts[ids[slot]] for slot, _k in where]
+        ended: dict[int, list[int]] = {}
+        kept: dict[int, list[list[int]]] = {}
+        cancelled: set[int] = set()
+
+        def on_finish(finished: list[tuple[int, list[int]]]) -> list[int]:
+            """The rows that ended in one decode step, scored and reported together per prompt: responses back in
+            the same instant return together (past the kept prefix they are dropped, not cancelled)."""
+            back: dict[int, list[int]] = {}
+            for row, response in finished:
+                ended[row] = response
+                back.setdefault(where[row][0], []).append(row)
+            out: list[int] = []
+            for slot, rows in back.items():
+                scores = []
+                for row in rows:
+                    prompt, text = prompts[row], self.tokenizer.decode(ended[row], skip_special_tokens=True)
+                    scores.append(compute_score(prompt.data_source, text, prompt.ground_truth))
+                end = sampler.returned(slot, [where[row][1] for row in rows], scores)
+                if end is not None:
+                    kept[slot] = [ended[first[slot] + int(k)] for k in end.kept]
+                    stop = [first[slot] + int(k) for k in end.cancelled]
+                    cancelled.update(stop)
+                    out += stop
+            return out
+
+        responses = self._sample(model, prompts, on_finish)
+        generated = sum(len(r) for r in responses)
+        return kept, generated, sum(len(responses[row]) for row in cancelled)
 
     def _sample_step(self, step: int, model: torch.nn.Module, behaviour_logprobs: bool = False) -> Sampled:
         """Everything of a step before the update: the method's sampling with `model`, the update batch and its
@@ -324,6 +369,8 @@ class CpuTrainer:
             self.spec, self.loader.draw(self.train.train_prompt_batch_size), step=step, estimator=self.estimator
         )
         pools: dict[int, list[list[int]]] = {}
+        cut = self.spec.early_exit != "off"
+        generated = cancelled = 0  # under the early exit: tokens of every response, and of the cancelled ones
         while True:
             wanted = sampler.prompts_wanted()
             if wanted:
@@ -334,6 +381,13 @@ class CpuTrainer:
                     continue
                 break
             t0 = time.perf_counter()
+            if cut:
+                kept, round_tokens, round_cancelled = self._generate_cut(model, sampler, slots, counts)
+                for slot, responses in kept.items():
+                    pools.setdefault(slot, []).extend(responses)
+                generated, cancelled = generated + round_tokens, cancelled + round_cancelled
+                timing["gen"] += time.perf_counter() - t0
+                continue
             ids = sampler.prompt_ids
             batch_prompts = [self.prompts[ids[s]] for s in slots]
             responses, scores = self._generate(model, batch_prompts, counts)
@@ -353,6 +407,9 @@ class CpuTrainer:
         batch = make_batch(prompts, responses, self.tokenizer.pad_token_id)
         # the step's compute, as the verl plugin logs it too: every response drawn, and those in the update
         result.metrics[GENERATED] = float(sum(len(r) for pool in pools.values() for r in pool))
+        if cut:  # every response decoded counts, the dropped and the cancelled ones (as far as they got) too
+            result.metrics[GENERATED] = float(generated)
+            result.metrics["exit/tokens_cancelled"] = float(cancelled)
         result.metrics["tokens/trained"] = float(batch.response_mask.sum())
         adv = torch.tensor(result.advantage, dtype=torch.float32)[:, None] * batch.response_mask
         timing["adv"] = time.perf_counter() - t0

@@ -50,6 +50,10 @@ METHOD_ORDER: tuple[str, ...] = (
     "est-released",
     "seq-pos-stream",
     "seq-balance-stream",
+    "seq-pos-exit",
+    "seq-balance-exit",
+    "seq-balance-exit-stream",
+    "seq-balance-exit-first",
     "pods-16-4",
     "knapsack",
     "greso",
@@ -65,6 +69,10 @@ METHOD_COLORS: dict[str, str] = {
     "est-released": "#8fd19e",
     "seq-pos-stream": "#f5bd6b",
     "seq-balance-stream": "#f08a9a",
+    "seq-pos-exit": "#a65c00",  # the early exit (issue 46): darker shades of Seq's, the biased cut grey-red
+    "seq-balance-exit": "#7a1020",
+    "seq-balance-exit-stream": "#b34d5e",
+    "seq-balance-exit-first": "#9a7b80",
     "pods-16-4": "#17becf",  # the literature's methods (the bench): colours no paper method uses
     "knapsack": "#8c564b",
     "greso": "#bcbd22",

@@ -11,8 +11,11 @@ every prefix of that order whose responses have all returned, shortest first; at
 holds, keep that prefix, cancel every response after it (in flight) and start none. The rule only counts
 positives and negatives, so it holds on a prefix at most once it holds on a shorter one: the kept prefix is the
 shortest prefix of the request order that meets the rule, which is exactly what a sampler drawing one response
-at a time would keep, whatever the responses' lengths and whenever they return. `first_returned` is the biased
-variant, for the measurement only: the rule on the responses returned so far, in completion order.
+at a time would keep, whatever the responses' lengths and whenever they return. A prefix counts from n
+responses on (the update group's size): the paper's first round of M >= n responses guarantees every pool can
+fill a group, and a Seq-pos prefix of one positive could not (Seq-balance's rule needs n anyway).
+`first_returned` is the biased variant, for the measurement only: the rule on the responses returned so far, in
+completion order.
 
 Pure functions on reward arrays (numpy, no framework), for every driver; the enumeration in
 tests/test_early_exit.py checks the distributions exactly.
@@ -28,10 +31,11 @@ from repro.sampling.spec import SamplerSpec
 
 
 def shortest_meeting_prefix(spec: SamplerSpec | SeqSettings, rewards: np.ndarray) -> int | None:
-    """The length of the shortest prefix of `rewards` (one prompt's, in request order) that meets the exit
-    rule, or None when no prefix does: what a one-at-a-time sampler keeps."""
+    """The length of the shortest prefix of `rewards` (one prompt's, in request order) of at least n responses
+    that meets the exit rule, or None when no prefix does: what a one-at-a-time sampler keeps."""
     positives = np.cumsum(np.asarray(rewards) > spec.positive_threshold)  # positive as the core counts it
-    met = exit_met(spec, positives, np.arange(1, positives.size + 1))
+    sizes = np.arange(1, positives.size + 1)
+    met = exit_met(spec, positives, sizes) & (sizes >= spec.n)
     hits = np.flatnonzero(met)
     return int(hits[0]) + 1 if hits.size else None
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+EARLY_EXITS = ("off", "order", "first-returned")  # Seq's early exit (repro.sampling.early_exit)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
@@ -92,9 +94,12 @@ class SeqSettings(Settings):
     downsample: str
     unresolved: str
     global_std_norm: bool
+    early_exit: str = "off"
 
     def problems(self) -> list[str]:
         out: list[str] = []
+        if self.early_exit not in EARLY_EXITS:
+            out.append(f"early_exit must be one of {', '.join(EARLY_EXITS)}, got {self.early_exit!r}")
         if self.exit_rule not in ("pos", "balance"):
             out.append(f"exit_rule must be pos or balance, got {self.exit_rule!r}")
         if self.round_size < 1 or self.max_rounds < 1:
@@ -114,7 +119,8 @@ class SeqSettings(Settings):
 
     def knobs(self) -> str:
         schedule = "streaming" if self.streaming else "rounds"
-        return f"exit {self.exit_rule}, M={self.round_size} x N={self.max_rounds}, {schedule}"
+        cut = {"off": "", "order": ", cut in request order", "first-returned": ", cut as returned"}
+        return f"exit {self.exit_rule}, M={self.round_size} x N={self.max_rounds}, {schedule}{cut[self.early_exit]}"
 
 
 @dataclass(frozen=True, kw_only=True)

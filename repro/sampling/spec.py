@@ -20,6 +20,7 @@ OnCap = Literal["short", "error"]
 Allocation = Literal["sqrt", "inverse"]
 Prior = Literal["running", "fixed"]
 EstAdvantage = Literal["weighted", "released"]
+EarlyExit = Literal["off", "order", "first-returned"]
 
 
 # Fields added after the first runs were made (issue 23: the released Est), with their defaults.
@@ -56,6 +57,9 @@ class SamplerSpec:
     downsample: Downsample = "random"
     unresolved: Unresolved = "keep"
     global_std_norm: bool = False
+    # off: the paper's rounds; order: the rule on the request-order prefix that has returned, the rest cancelled
+    # (repro.sampling.early_exit); first-returned: the biased variant, on whatever returned first
+    early_exit: EarlyExit = "off"
     # est (Reinforce-Ada-Est)
     n_avg: int = 8
     n_min: int = 2
@@ -114,6 +118,8 @@ class SamplerSpec:
                 out.extend(str(error).split("; "))
         if self.downsample not in ("random", "first"):
             out.append(f"downsample must be random or first, got {self.downsample!r}")
+        if self.early_exit != "off" and self.kind != "seq":
+            out.append(f"early_exit applies to seq only (its groups end by a rule), not to {self.kind}")
         if self.unresolved not in ("keep", "drop"):
             out.append(f"unresolved must be keep or drop, got {self.unresolved!r}")
         return out
@@ -136,6 +142,8 @@ class SamplerSpec:
         if all(out[name] == default for name, default in LATER_DEFAULTS.items()):
             for name in LATER_DEFAULTS:
                 del out[name]
+        if out["early_exit"] == "off":  # issue 46's: a stored spec without it is off
+            del out["early_exit"]
         bench = [f for f in fields(self) if f.name.startswith(BENCH_FIELDS)]
         if all(out[f.name] == f.default for f in bench):
             for f in bench:

@@ -14,17 +14,34 @@ order, so a response is identified by (slot, index) and a driver keeps its own l
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from repro.sampling.advantage import group_stats
+from repro.sampling.early_exit import order_preserving_exit, shortest_meeting_prefix
 from repro.sampling.estimator import BetaBernoulliEstimator
 from repro.sampling.metrics import step_metrics
 from repro.sampling.policies import FINISHED, OUTSTANDING, WAITING, DapoCapExceeded, policy_for
 from repro.sampling.result import StepResult
 from repro.sampling.spec import SamplerSpec
 
-__all__ = ["FINISHED", "OUTSTANDING", "WAITING", "DapoCapExceeded", "StepResult", "StepSampler"]
+__all__ = ["FINISHED", "OUTSTANDING", "WAITING", "BatchEnd", "DapoCapExceeded", "StepResult", "StepSampler"]
+
+
+@dataclass(frozen=True)
+class BatchEnd:
+    """How a prompt's outstanding batch ended (`StepSampler.returned`), as positions in that batch's request
+    order: the responses that join the pool, in pool order; those still in flight, which the driver cancels;
+    and those that returned but are not kept (past the kept prefix), whose tokens were generated for nothing."""
+
+    kept: np.ndarray
+    cancelled: np.ndarray
+    dropped: np.ndarray
+
+    @property
+    def cut(self) -> bool:
+        return bool(self.cancelled.size or self.dropped.size)
 
 
 class StepSampler:
@@ -64,6 +81,9 @@ class StepSampler:
         self._first_request = np.zeros(0, dtype=np.int64)
         self.quota = np.zeros(0, dtype=np.int64)
         self._failed = np.zeros(0, dtype=bool)
+        self._back = np.zeros((0, cap), dtype=bool)  # responses of the outstanding batch returned, request order
+        self.cancelled = 0  # responses cancelled in flight by the early exit
+        self.dropped = 0  # responses returned past the kept prefix
         self.gen_batches = 0
         self._finalized = False
         quota, weight, self.p_hat = self.policy.start(self, prompt_ids)
@@ -97,6 +117,7 @@ class StepSampler:
         self._first_request = np.concatenate([self._first_request, zeros])
         self.quota = np.concatenate([self.quota, np.asarray(quota, dtype=np.int64)])
         self._failed = np.concatenate([self._failed, np.zeros(k, dtype=bool)])
+        self._back = np.concatenate([self._back, np.zeros((k, self._cap), dtype=bool)])
         self.weight = np.concatenate([self.weight, np.ones(k)])
         self._gen_start = start
         return np.arange(start, start + k)
@@ -149,6 +170,52 @@ class StepSampler:
         self._outstanding[slot] -= k
         if self._outstanding[slot] == 0:
             self._complete(np.array([slot]))
+
+    def returned(
+        self, slot: int, positions: int | Sequence[int] | np.ndarray, rewards: float | Sequence[float] | np.ndarray
+    ) -> BatchEnd | None:
+        """Responses of a prompt's outstanding batch are back, all in the same instant: `positions` are their
+        places in the batch's request order. The batch ends (a `BatchEnd`) when every response has returned, or,
+        with the spec's early exit, when the rule holds: on the request-order prefix that has returned (`order`,
+        unbiased) or on whatever has returned (`first-returned`, biased: for comparison only). The pool then
+        holds the kept responses; those back in the same instant past the kept prefix are dropped, not cancelled."""
+        positions, rewards = np.atleast_1d(np.asarray(positions, dtype=np.int64)), np.atleast_1d(rewards)
+        base, need = int(self.count[slot]), int(self._outstanding[slot])
+        back = self._back[slot, base : base + need]
+        fresh = np.unique(positions).size == positions.size and not ((positions < 0) | (positions >= need)).any()
+        if positions.size != rewards.size or not fresh or back[positions].any():
+            raise ValueError(f"slot {slot}: positions {positions.tolist()} are not outstanding responses of its batch")
+        self.rewards[slot, base + positions] = rewards
+        back[positions] = True
+        mode, everything = self.spec.early_exit, np.arange(need)
+        keep: int | None = None  # responses of the batch kept, when the exit decides before the batch is back
+        if mode == "order":
+            ready = self._back[slot, : base + need] | (np.arange(base + need) < base)  # the pool so far is back
+            decided = order_preserving_exit(self.spec, self.rewards[slot, : base + need], ready)
+            keep = None if decided is None else decided - base
+        elif mode == "first-returned":
+            arrived = np.flatnonzero(back)
+            pool = np.concatenate([self.rewards[slot, :base], self.rewards[slot, base + arrived]])
+            keep = None if shortest_meeting_prefix(self.spec, pool) is None else arrived.size
+        if keep is None and not back.all():
+            return None
+        if keep is None:
+            end = BatchEnd(everything, everything[:0], everything[:0])
+        elif mode == "order":
+            end = BatchEnd(everything[:keep], everything[keep:][~back[keep:]], everything[keep:][back[keep:]])
+        else:
+            end = BatchEnd(np.flatnonzero(back), np.flatnonzero(~back), everything[:0])
+        row = self.rewards[slot, base : base + need]
+        row[: end.kept.size] = row[end.kept]  # the pool: the kept responses, in order (ascending positions)
+        row[end.kept.size :] = 0.0
+        back[:] = False
+        self.cancelled += int(end.cancelled.size)
+        self.dropped += int(end.dropped.size)
+        self.count[slot] = base + end.kept.size
+        self.npos[slot] = int((self.rewards[slot, : self.count[slot]] > self.spec.positive_threshold).sum())
+        self._outstanding[slot] = 0
+        self._complete(np.array([slot]))
+        return end
 
     def observe_many(self, slots: np.ndarray, rewards: np.ndarray) -> None:
         """Vectorised: complete the outstanding batch of each slot; row i holds slot i's rewards."""
@@ -256,16 +323,21 @@ class StepSampler:
             scale=scored.scale,
         )
         firsts = np.minimum(self._first_request, self.count)  # each prompt's first-request responses drawn
+        if spec.early_exit != "off":  # a pool cut by a rule is a stopped sample; its first n are always kept
+            firsts = np.minimum(firsts, spec.n)
         span = pairwise_span(self._cap, int(firsts.max(initial=0)))
         first = np.arange(span)[None, :] < firsts[:, None]
         first_total = np.where(first, self.rewards[:, :span], 0.0).sum(axis=1)  # the whole row's sum, bit for bit
         result.metrics = step_metrics(
             result,
-            first_request=self._first_request,
+            first_request=self._first_request if spec.early_exit == "off" else np.minimum(self._first_request, drawn),
             first_draw_reward=first_total / np.maximum(np.clip(firsts, 0, self._cap), 1),
             initial_prompts=self.target,
         )
         result.metrics.update(self.policy.metrics(self, result))
+        if spec.early_exit != "off":
+            result.metrics["exit/responses_cancelled"] = float(self.cancelled)
+            result.metrics["exit/responses_dropped"] = float(self.dropped)
         self.policy.learn(self)
         return result
 

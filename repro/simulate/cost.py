@@ -14,7 +14,7 @@ every slot of every server busy for the whole step.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -49,6 +49,8 @@ class StepCost:
     drain_s: float  # from the last queued request to the end: slots emptying one by one
     critical_path_s: float  # the longest chain of one prompt's batches, each as long as its longest response
     pool_sizes: np.ndarray = field(repr=False)
+    cancelled_tokens: float = 0.0  # decoded by responses the early exit cancelled (inside generated_tokens)
+    cancelled_responses: int = 0
 
     @property
     def step_s(self) -> float:
@@ -76,10 +78,13 @@ def run_step(
     chain: dict[int, float] = {}  # slot -> tokens of its longest response per batch, summed
 
     slot_prompts = sampler.prompt_ids  # the property copies them: read again only when DAPO's refills add some
+    cut = spec.early_exit != "off"  # a batch ends response by response (`StepSampler.returned`), cut by the rule
+    cancelled = [0.0, 0]  # tokens decoded by cancelled responses, and how many
 
     def submit(slot: int, count: int) -> None:
         rewards, lengths = draws.next(slot_prompts[slot], count)
-        chain[slot] = chain.get(slot, 0.0) + float(lengths.max())
+        if not cut:  # a cut batch adds the longest response it waited for, when it ends
+            chain[slot] = chain.get(slot, 0.0) + float(lengths.max())
         ids = list(range(len(owner), len(owner) + count))
         lengths_list = lengths.tolist()
         owner.extend((slot, reward, length) for reward, length in zip(rewards.tolist(), lengths_list, strict=True))
@@ -89,7 +94,39 @@ def run_step(
     def batch_of(slot: int) -> list[tuple[float, int]]:
         return [(owner[i][1], owner[i][2]) for i in waiting.pop(slot)]
 
-    if spec.streaming:
+    def returned(slot: int, request_ids: list[int]) -> bool:
+        """The early exit: a slot's responses back in one instant; whether its batch ended (the rest cancelled)."""
+        ids = waiting[slot]
+        end = sampler.returned(slot, [i - ids[0] for i in request_ids], [owner[i][1] for i in request_ids])
+        if end is None:
+            return False
+        del waiting[slot]
+        pools[slot] += [(owner[ids[k]][1], owner[ids[k]][2]) for k in end.kept.tolist()]
+        back = np.setdiff1d(np.arange(len(ids)), end.cancelled)
+        chain[slot] = chain.get(slot, 0.0) + max(owner[ids[k]][2] for k in back.tolist())
+        if end.cancelled.size:
+            stopped = engine.cancel([ids[k] for k in end.cancelled.tolist()])
+            cancelled[0] += sum(owner[i][2] - tokens_left for i, tokens_left in stopped.items())
+            cancelled[1] += len(stopped)
+        return True
+
+    if cut:
+        if spec.streaming:
+            for slot in range(sampler.num_slots):
+                submit(slot, sampler.request(slot))
+        while True:
+            while not engine.idle:
+                for slot, request_ids in by_owner(engine.step(), lambda i: owner[i][0], waiting).items():
+                    if returned(slot, request_ids) and spec.streaming and (count := sampler.request(slot)):
+                        submit(slot, count)
+            if spec.streaming:
+                break
+            slots, counts = sampler.plan()  # the next round, once the undecided prompts' rounds are back
+            if slots.size == 0:
+                break
+            for slot, count in zip(slots, counts, strict=True):
+                submit(int(slot), int(count))
+    elif spec.streaming:
         for slot in range(sampler.num_slots):
             submit(slot, sampler.request(slot))
         while not engine.idle:
@@ -139,7 +176,22 @@ def run_step(
         drain_s=gen - engine.queued_until,
         critical_path_s=max(chain.values()) * server.iteration(1),
         pool_sizes=np.asarray(result.pool_size[: len(prompt_ids)]),
+        cancelled_tokens=cancelled[0],
+        cancelled_responses=cancelled[1],
     )
+
+
+def by_owner(finished: list[tuple[int, float]], key_of: Callable[[int], Hashable], waiting: dict) -> dict:
+    """The responses that finished in one instant, grouped by whose outstanding batch they are in (`key_of(id)`,
+    a key of `waiting`: the ids of that batch), in order of first finish; a response whose batch already ended
+    (cut by the early exit) is left out."""
+    out: dict = {}
+    for request_id, _t in finished:
+        key = key_of(request_id)
+        ids = waiting.get(key)
+        if ids is not None and ids[0] <= request_id <= ids[-1]:
+            out.setdefault(key, []).append(request_id)
+    return out
 
 
 @dataclass
@@ -168,6 +220,8 @@ class MethodCost:
     async_ratio_to_grpo_n4: float | None = None  # over GRPO-n4's synchronous step, as the paper's ratios are
     async_steady_step_s: float | None = None  # a long run's async step (repro.simulate.overlap); None if too few
     async_steady_ratio_to_grpo_n4: float | None = None
+    cancelled_tokens: float = 0.0  # per step, decoded by responses the early exit cancelled (in generated_tokens)
+    cancelled_responses: float = 0.0  # per step
     tokens_ratio_to_grpo_n4: float | None = None  # generated tokens a step over GRPO-n4's: its compute in GRPO-n4 steps
     grpo_n4_steps_at_equal_tokens: int | None = None  # that ratio times a run's length (`repro simulate cost`)
 
@@ -273,6 +327,8 @@ def simulate_cost(
         full_share=mean("full_share"),
         drain_s=mean("drain_s"),
         critical_path_s=mean("critical_path_s"),
+        cancelled_tokens=mean("cancelled_tokens"),
+        cancelled_responses=mean("cancelled_responses"),
         seconds=time.perf_counter() - started,
         **async_fields,
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -202,6 +202,36 @@ class BatchingEngine:
         self._count[replica] = k
         if k:
             self._shortest[replica] = float(_min(left[:k]))
+
+    def cancel(self, request_ids: Iterable[int]) -> dict[int, float]:
+        """Stop requests (the early exit, issue 46): a queued one never starts; a running one frees its slot at
+        once, the tokens it decoded staying counted (its prefill too: already served or in the stall). Returns
+        {request id: tokens it had left} for each one found; finished or unknown ids are skipped."""
+        wanted = set(request_ids)
+        out: dict[int, float] = {}
+        if self._queue and wanted:
+            stay: deque[tuple[int, float]] = deque()
+            for request_id, tokens in self._queue:
+                if request_id in wanted:
+                    out[request_id] = tokens
+                else:
+                    stay.append((request_id, tokens))
+            self._queue = stay
+        for replica, n in enumerate(self._count):
+            if not n or len(out) == len(wanted):
+                continue
+            ids = self._ids[replica, :n]
+            hit = np.flatnonzero([request_id in wanted for request_id in ids.tolist()])
+            if not hit.size:
+                continue
+            for slot in hit.tolist():
+                out[int(ids[slot])] = float(self._left[replica, slot])
+            self._drop(replica, n, hit)
+            if k := self._count[replica]:  # the longest may have been cancelled: read the row again
+                self._longest[replica] = float(np.maximum.reduce(self._left[replica, :k]))
+        if out:
+            self._admit()
+        return out
 
     def drain(self) -> None:
         """Step until nothing is left (a synchronous round's barrier)."""

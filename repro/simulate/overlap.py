@@ -38,6 +38,7 @@ import numpy as np
 
 from repro.sampling import StepSampler
 from repro.sampling.spec import SamplerSpec
+from repro.simulate.cost import by_owner
 from repro.simulate.engine import BatchingEngine, ServerModel
 from repro.simulate.workload import LengthModel, Streams, TrainModel, _Draws
 
@@ -87,6 +88,7 @@ def simulate_overlap(
     if ahead < 0:
         raise ValueError(f"ahead must be >= 0, got {ahead}")
     total = steps + 1
+    cut = spec.early_exit != "off"
     engine = BatchingEngine(server)
     paused = 0.0  # seconds the engine was frozen for updates
     samplers: dict[int, StepSampler] = {}
@@ -154,7 +156,22 @@ def simulate_overlap(
         changed = False
         if engine.idle:
             raise RuntimeError(f"step {current} is not done but nothing is running")
-        for request_id, _t in engine.step():
+        finished = engine.step()
+        if cut:  # the early exit: a batch may end before all of it is back, the rest cancelled
+            for (step, slot), request_ids in by_owner(finished, lambda i: owner[i][:2], waiting).items():
+                ids = waiting[(step, slot)]
+                positions = [i - ids[0] for i in request_ids]
+                end = samplers[step].returned(slot, positions, [owner[i][2] for i in request_ids])
+                if end is None:
+                    continue
+                del waiting[(step, slot)]
+                lengths_of[step][slot] += [owner[ids[k]][3] for k in end.kept.tolist()]
+                if end.cancelled.size:  # their tokens not decoded are not generated
+                    tokens[step] -= sum(engine.cancel([ids[k] for k in end.cancelled.tolist()]).values())
+                feed(step, [slot])
+                changed = changed or step == current
+            continue
+        for request_id, _t in finished:
             step, slot, _reward, _length = owner[request_id]
             key = (step, slot)
             left[key] -= 1

@@ -305,6 +305,11 @@ def build_overrides(verl_cell: VerlCell) -> list[str]:
     if max_pos:
         o["+actor_rollout_ref.model.override_config.max_position_embeddings"] = max_pos
     policy = policy_for(spec)
+    if spec.early_exit != "off":
+        raise ReproError(
+            f"the early exit ({cell.method.key}) runs on the CPU trainer and in `repro simulate cost`; the verl "
+            "manager does not cancel requests yet: drop --engine verl, or use seq-balance"
+        )
     if policy.verl_advantage == "grpo":
         o["algorithm.adv_estimator"] = "grpo"
         o["algorithm.norm_adv_by_std_in_grpo"] = spec.norm_adv_by_std
