@@ -4,12 +4,12 @@
 #   2. the tiny-arith model and its filtered "standard" and "hard" prompt sets -> $REPRO_HOME (first run only)
 #   3. the grid: all seven methods x seeds 0-2 on the standard set (`sweeps/tiny.yaml`), GRPO-n4,
 #      Seq-pos, Seq-balance x seeds 0-2 on the hard set (`sweeps/tiny-hard.yaml`), and beyond the paper
-#      async Seq-balance and the released Est x seeds 0-2 (`sweeps/tiny-beyond.yaml`) and the bench of other
+#      async Seq-balance, the released Est and the early exit x seeds 0-2 (`sweeps/tiny-beyond.yaml`), the bench of other
 #      adaptive samplers, PODS, Knapsack RL and GRESO x seeds 0-2 (`sweeps/tiny-bench.yaml`), then the
 #      compute-matched baselines, each comparison's lower-token side trained on to the other's tokens
 #      (`sweeps/tiny-matched.yaml`), each cell evaluated by
 #      the sweep's evaluation stage right after it trained: Ave@32 on the four tiny-arith tiers (the hard set
-#      also at steps 20 and 50, for the curve over training)                   -> runs/
+#      also at step 50, for the curve over training)                   -> runs/
 #   4. Ave@32 of the base model                                                -> runs/tiny-arith/eval/
 #   5. collect, the paper's tables beside the measured numbers, the figures,
 #      and results/REPORT.md (one verdict per comparison the paper makes)     -> results/, paper_tables/generated/
@@ -52,7 +52,7 @@ if [ "$stage1_ok" != 0 ]; then echo "main job: stage 1 (the simulations) failed;
 # and a cell another lane holds is left to it (`repro sweep run` skips a cell whose launch lock is taken), so no
 # core waits at the end of one file while another file has cells left. The sweep files ask for every kept
 # checkpoint, as the paper's protocol does; on 2 cores the main job evaluates the final one (10 kept checkpoints a
-# run would be 10x the evaluation time), and for the hard set also steps 20 and 50, so `repro plot eval-curve` has
+# run would be 10x the evaluation time), and for the hard set also step 50, so `repro plot eval-curve` has
 # a curve to draw: `repro sweep eval sweeps/tiny.yaml --eval-checkpoints all` adds the rest.
 lanes=$(.venv/bin/python -c 'from repro.arithmetic import usable_cores; print(usable_cores())')
 step "3/5 the grid and its evaluation: sweeps/tiny*.yaml, $lanes lanes (one per core)"
@@ -60,8 +60,9 @@ lane() {
   set -e
   if [ "${1:-}" = base ]; then $repro eval tiny-arith --runs-root "$runs" > "$lane_logs/base.log" 2>&1; fi
   $repro sweep run sweeps/tiny.yaml --runs-root "$runs" --max-parallel 1 --eval-checkpoints final
-  $repro sweep run sweeps/tiny-hard.yaml --runs-root "$runs" --max-parallel 1 --eval-checkpoints 20,50,100
-  # beyond the paper: async Seq-balance and the released Est, paired seed by seed with sweeps/tiny.yaml's cells
+  $repro sweep run sweeps/tiny-hard.yaml --runs-root "$runs" --max-parallel 1 --eval-checkpoints 50,100
+  # beyond the paper: async Seq-balance, the released Est and Seq-balance with the early exit, paired seed by seed
+  # with sweeps/tiny.yaml's cells
   $repro sweep run sweeps/tiny-beyond.yaml --runs-root "$runs" --max-parallel 1 --eval-checkpoints final
   # the bench of other adaptive samplers (PODS, Knapsack RL, GRESO), paired with GRPO-n4, GRPO-n8 and DAPO there;
   # their equal-token readings come from the held-out accuracy every run logs while it trains

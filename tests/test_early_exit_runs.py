@@ -135,3 +135,9 @@ def test_a_seq_balance_step_under_the_exit_keeps_the_shortest_meeting_prefix_of_
     )
     assert off_metrics["tokens/generated"] - cut_metrics["tokens/generated"] == saved >= 0
     assert "exit/responses_cancelled" not in off_metrics
+    # the bias tally: every batch the rule ended keeps a prefix of at least n = 4 under either rule, and round 1's
+    # decided prompts are among them
+    batches = cut_metrics["exit/decided_batches"]
+    assert batches >= decided and cut_metrics["exit/kept_responses"] >= 4 * batches
+    assert cut_metrics["exit/first_returned_responses"] >= 4 * batches
+    assert 0 <= cut_metrics["exit/kept_reward_sum"] <= cut_metrics["exit/kept_responses"]

@@ -81,7 +81,6 @@ class LoopEngine:
             self._admit()
         return done
 
-
     def cancel(self, request_ids) -> dict[int, float]:
         wanted, out = set(request_ids), {}
         for request_id, tokens in self._queue:

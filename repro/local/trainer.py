@@ -50,6 +50,7 @@ from repro.reward import compute_score
 from repro.rundir import MetricsWriter, RunDir
 from repro.rundir.pause import pause_at
 from repro.sampling import Memory, SamplerSpec, StepSampler, estimator_for, policy_for
+from repro.sampling.early_exit import BiasTally, shortest_meeting_prefix
 from repro.sampling.metrics import GENERATED
 
 PENDING_FILE = "pending_step.pt"  # async schedule: the next step's batch, sampled before this step's update
@@ -321,13 +322,18 @@ class CpuTrainer:
         )
 
     def _generate_cut(
-        self, model: torch.nn.Module, sampler: StepSampler, slots: np.ndarray, counts: np.ndarray
+        self, model: torch.nn.Module, sampler: StepSampler, slots: np.ndarray, counts: np.ndarray, bias: BiasTally
     ) -> tuple[dict[int, list[list[int]]], int, int]:
         """One round under the early exit: every response is scored as it ends and reported to the sampler in
         its place of the request order; when a prompt's batch ends (`BatchEnd`) its responses still decoding are
         cancelled in the loop. Returns each slot's kept responses (pool order), the tokens of every response
-        generated (cancelled ones as far as they got) and of the cancelled ones."""
+        generated (cancelled ones as far as they got) and of the cancelled ones. `bias` tallies, for each batch
+        the rule ends, what it keeps beside what the first-returned cut would have kept of the same returns."""
         ids = sampler.prompt_ids
+        base = {int(slot): sampler.rewards[int(slot), : sampler.count[int(slot)]].copy() for slot in slots}
+        arrived: dict[int, list[int]] = {}  # slot -> its rows back so far, in the order they returned
+        reward: dict[int, float] = {}
+        first_cut: set[int] = set()  # slots where the first-returned rule would have held by now
         where = [(int(slot), k) for slot, count in zip(slots, counts, strict=True) for k in range(int(count))]
         first = {int(slot): row for row, (slot, k) in enumerate(where) if k == 0}
         prompts = [self.prompts[ids[slot]] for slot, _k in where]
@@ -348,9 +354,21 @@ class CpuTrainer:
                 for row in rows:
                     prompt, text = prompts[row], self.tokenizer.decode(ended[row], skip_special_tokens=True)
                     scores.append(compute_score(prompt.data_source, text, prompt.ground_truth))
+                    reward[row] = scores[-1]
+                back_rows = arrived.setdefault(slot, [])
+                back_rows += rows
+                if slot not in first_cut:
+                    pool = np.concatenate([base[slot], [reward[row] for row in back_rows]])
+                    if shortest_meeting_prefix(self.spec, pool) is not None:  # the biased cut would keep these
+                        first_cut.add(slot)
+                        bias.add("first_returned", pool[base[slot].size :], [len(ended[r]) for r in back_rows])
                 end = sampler.returned(slot, [where[row][1] for row in rows], scores)
                 if end is not None:
                     kept[slot] = [ended[first[slot] + int(k)] for k in end.kept]
+                    if slot in first_cut:  # the rule ended this batch: what it keeps, beside the above
+                        rows_kept = [first[slot] + int(k) for k in end.kept]
+                        bias.add("kept", [reward[r] for r in rows_kept], [len(ended[r]) for r in rows_kept])
+                        bias.batches += 1
                     stop = [first[slot] + int(k) for k in end.cancelled]
                     cancelled.update(stop)
                     out += stop
@@ -371,6 +389,7 @@ class CpuTrainer:
         pools: dict[int, list[list[int]]] = {}
         cut = self.spec.early_exit != "off"
         generated = cancelled = 0  # under the early exit: tokens of every response, and of the cancelled ones
+        bias = BiasTally()
         while True:
             wanted = sampler.prompts_wanted()
             if wanted:
@@ -382,7 +401,7 @@ class CpuTrainer:
                 break
             t0 = time.perf_counter()
             if cut:
-                kept, round_tokens, round_cancelled = self._generate_cut(model, sampler, slots, counts)
+                kept, round_tokens, round_cancelled = self._generate_cut(model, sampler, slots, counts, bias)
                 for slot, responses in kept.items():
                     pools.setdefault(slot, []).extend(responses)
                 generated, cancelled = generated + round_tokens, cancelled + round_cancelled
@@ -410,6 +429,7 @@ class CpuTrainer:
         if cut:  # every response decoded counts, the dropped and the cancelled ones (as far as they got) too
             result.metrics[GENERATED] = float(generated)
             result.metrics["exit/tokens_cancelled"] = float(cancelled)
+            result.metrics.update(bias.metrics())
         result.metrics["tokens/trained"] = float(batch.response_mask.sum())
         adv = torch.tensor(result.advantage, dtype=torch.float32)[:, None] * batch.response_mask
         timing["adv"] = time.perf_counter() - t0

@@ -54,3 +54,28 @@ def first_returned(spec: SamplerSpec | SeqSettings, rewards_by_return: np.ndarra
     """The biased variant (for comparison only): how many of the responses, in the order they returned, are
     kept when the rule is checked on whatever has returned; None while undecided."""
     return shortest_meeting_prefix(spec, rewards_by_return)
+
+
+class BiasTally:
+    """What each rule keeps of the same returns, over a step's batches that the rule ended: the order-preserving
+    prefix (what the run keeps) and the first-returned set (what the biased cut would have kept at its own,
+    earlier or equal, moment). Logged as sums (`metrics`), so runs and steps pool by adding."""
+
+    RULES = ("kept", "first_returned")
+
+    def __init__(self) -> None:
+        self.sums = {rule: np.zeros(3) for rule in self.RULES}  # responses, reward sum, length sum
+        self.batches = 0
+
+    def add(self, rule: str, rewards: np.ndarray, lengths: np.ndarray) -> None:
+        self.sums[rule] += (len(rewards), float(np.sum(rewards)), float(np.sum(lengths)))
+
+    def metrics(self) -> dict[str, float]:
+        out = {"exit/decided_batches": float(self.batches)}
+        for rule, (count, reward, length) in self.sums.items():
+            out |= {
+                f"exit/{rule}_responses": count,
+                f"exit/{rule}_reward_sum": reward,
+                f"exit/{rule}_length_sum": length,
+            }
+        return out

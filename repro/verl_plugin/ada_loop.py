@@ -28,6 +28,11 @@ so the caller's slot -> prompt table just grows) and generates for them through 
 it propagate): `on_cap="short"` trains on the mixed groups collected so far (`dapo/cap_hit` = 1),
 `on_cap="error"` raises `DapoCapExceeded` out of this driver.
 
+Seq's early exit (`spec.early_exit`, issue 46) needs more than whole batches: the caller supplies a `Streamed`
+(start a prompt's batch, wait for the next of its responses to return, cancel some in flight, end the batch with
+the ones kept), and each batch ends as soon as the core's rule holds on what has returned
+(`StepSampler.returned`); a round's barrier waits only for the batches still open.
+
 Framework-light on purpose: numpy and asyncio only, no torch or verl at import time, so the verl worker
 can import it cheaply and the tests can drive it with a fake server (`fake_server.FakeLLMServer`).
 """
@@ -35,10 +40,11 @@ can import it cheaply and the tests can drive it with a fake server (`fake_serve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import uuid4
 
 import numpy as np
@@ -68,6 +74,22 @@ class Sample:
 
 
 GenerateFn = Callable[[int, int], Awaitable[list[Sample]]]  # (slot, count) -> count scored samples
+
+
+class Streamed(Protocol):
+    """A prompt's batch response by response, for the early exit (positions: places in the batch's request
+    order). `wait` returns every response back since the last call, at least one; `cancel` stops responses in
+    flight (their server requests aborted); `end` says which responses the pool keeps, in order."""
+
+    async def start(self, slot: int, count: int) -> None: ...
+
+    async def wait(self, slot: int) -> list[tuple[int, float]]: ...
+
+    async def cancel(self, slot: int, positions: list[int]) -> None: ...
+
+    async def end(self, slot: int, kept: list[int]) -> None: ...
+
+
 RefillFn = Callable[[int], Awaitable[Sequence[Hashable]]]  # count -> count fresh prompt ids (DAPO)
 RewardFn = Callable[..., float]
 
@@ -115,14 +137,18 @@ async def run_adaptive_step(
     max_concurrency: int | None = None,
     max_retries: int = GENERATE_RETRIES,
     refill: RefillFn | None = None,
+    streamed: Streamed | None = None,
 ) -> AdaptiveStep:
     """Sample one step for `prompt_ids` (slot i is prompt_ids[i]) and select the update groups.
 
     `max_concurrency` caps how many `generate(slot, count)` batches are awaited at once (a prompt's
     batch counts once however large it is); None means no cap. Seq, Est and uniform sample the given
     prompts only; DAPO also needs `refill` (see the module docstring), whose prompts take slots
-    len(prompt_ids), len(prompt_ids) + 1, ... in the order they are returned.
+    len(prompt_ids), len(prompt_ids) + 1, ... in the order they are returned. The early exit needs `streamed`
+    (see `Streamed`); its batches are not retried (a failed one fails its prompt).
     """
+    if spec.early_exit != "off" and streamed is None:
+        raise ValueError("the early exit ends batches response by response: pass streamed=(a Streamed)")
     if policy_for(spec).refills and refill is None:
         raise ValueError(
             "dapo draws more prompt batches: pass refill=(count -> fresh prompt ids); on the verl path the "
@@ -188,6 +214,37 @@ async def run_adaptive_step(
         pools[slot].extend(samples)
         sampler.observe(slot, np.array([float(s.reward) for s in samples]))
 
+    async def draw_cut(slot: int, count: int) -> list[Sample] | None:
+        """One batch under the early exit: responses reported as they return, the rest cancelled once the rule
+        holds; the kept samples (pool order), or None when the batch failed."""
+        assert streamed is not None
+        try:
+            await streamed.start(slot, count)
+            while True:
+                back = await streamed.wait(slot)
+                end = sampler.returned(slot, [p for p, _ in back], [r for _, r in back])
+                if end is not None:
+                    break
+        except Exception as exc:  # a lost request, a server error: the prompt is given up (no retry mid-batch)
+            logger.error("prompt %r: its batch failed under the early exit", sampler.prompt_ids[slot], exc_info=exc)
+            failures[slot] = f"{type(exc).__name__}: {exc}"
+            errors.append(exc)
+            with contextlib.suppress(Exception):  # stop what is still decoding; the batch is lost either way
+                await streamed.cancel(slot, list(range(count)))
+            sampler.fail(slot)
+            return None
+        if end.cancelled.size:
+            await streamed.cancel(slot, end.cancelled.tolist())
+        await streamed.end(slot, end.kept.tolist())
+        base = len(pools[slot])
+        return [Sample(float(r), None) for r in sampler.rewards[slot, base : base + end.kept.size]]
+
+    def accept_cut(slot: int, samples: list[Sample] | None) -> None:
+        if samples is not None:  # the core has them already (`returned`)
+            pools[slot].extend(samples)
+
+    if spec.early_exit != "off":  # the same schedules, each batch ended by the rule (Seq has no refills)
+        draw, accept = draw_cut, accept_cut  # type: ignore[assignment]
     if policy_for(spec).refills:
         assert refill is not None
         await _run_dapo_rounds(sampler, pools, draw, accept, refill)

@@ -305,10 +305,10 @@ def build_overrides(verl_cell: VerlCell) -> list[str]:
     if max_pos:
         o["+actor_rollout_ref.model.override_config.max_position_embeddings"] = max_pos
     policy = policy_for(spec)
-    if spec.early_exit != "off":
+    if spec.early_exit != "off" and cell.schedule:
         raise ReproError(
-            f"the early exit ({cell.method.key}) runs on the CPU trainer and in `repro simulate cost`; the verl "
-            "manager does not cancel requests yet: drop --engine verl, or use seq-balance"
+            f"the early exit ({cell.method.key}) runs on verl's synchronous trainer: its async client resumes "
+            "every aborted request (partial rollouts), the exit's cancellations included; drop --async"
         )
     if policy.verl_advantage == "grpo":
         o["algorithm.adv_estimator"] = "grpo"

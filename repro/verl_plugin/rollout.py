@@ -53,6 +53,7 @@ from repro.sampling.metrics import GENERATED
 from repro.sampling.policies import policy_for
 from repro.sampling.spec import SamplerSpec
 from repro.verl_plugin import audit, pool_stats, state
+from repro.verl_plugin.abortable import INFLIGHT, abort
 from repro.verl_plugin.ada_loop import Sample, _gather_or_cancel, run_adaptive_step
 from repro.verl_plugin.refill import RefillStream, load_records, plan_dapo_commit, slot_keys
 from repro.verl_plugin.stop_trainer import VERL_MODES
@@ -163,14 +164,66 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
         entry["outputs"].extend(results)
         return rewards
 
+    # ---- the early exit (issue 46): a batch response by response (`ada_loop.Streamed`) ----------------
+    async def ada_start(self, uid: str, count: int) -> None:
+        """Start a batch of `count` sessions and return: `ada_wait` reports them as they end."""
+        entry = self._ada[uid]
+        start, back = len(entry["outputs"]) + len(entry.setdefault("spent", [])), asyncio.Event()
+        records: list[dict[str, Any]] = [{} for _ in range(count)]
+
+        async def one(position: int):
+            _COLLECT.set(True)
+            INFLIGHT.set(records[position])  # the session's server and request id (repro.verl_plugin.abortable)
+            return await self._run_agent_loop(
+                entry["params"], trajectory=entry["trajectory"], trace=False, session_id=start + position,
+                **entry["row"],
+            )  # fmt: skip
+
+        tasks = [asyncio.ensure_future(one(k)) for k in range(count)]
+        for task in tasks:
+            task.add_done_callback(lambda _task: back.set())
+        entry["batch"] = {"tasks": tasks, "records": records, "back": back, "told": set(), "aborted": set()}
+
+    async def ada_wait(self, uid: str) -> list[tuple[int, float]]:
+        """Every session of the batch that ended since the last call (at least one), with its reward."""
+        batch = self._ada[uid]["batch"]
+        while True:
+            ended = [k for k, task in enumerate(batch["tasks"]) if task.done() and k not in batch["told"]]
+            if ended:
+                break
+            batch["back"].clear()
+            await batch["back"].wait()
+        batch["told"].update(ended)
+        return [(k, response_reward(batch["tasks"][k].result())) for k in ended]
+
+    async def ada_cancel(self, uid: str, positions: list[int]) -> None:
+        """Abort the server requests of these sessions and let them end on what they decoded (never published)."""
+        batch = self._ada[uid]["batch"]
+        flags = await asyncio.gather(*(abort(batch["records"][k], batch["tasks"][k]) for k in positions))
+        batch["aborted"].update(k for k, flag in zip(positions, flags, strict=True) if flag)
+        await asyncio.gather(*(batch["tasks"][k] for k in positions), return_exceptions=True)
+
+    async def ada_end(self, uid: str, kept: list[int]) -> dict[str, int]:
+        """The batch's kept sessions join the prompt's pool in this order; the others are spent (their tokens
+        counted, never published). Returns the requests aborted in flight and the tokens they had decoded."""
+        entry = self._ada[uid]
+        batch = entry.pop("batch")
+        outputs = [task.result() if task.done() and not task.exception() else None for task in batch["tasks"]]
+        entry["outputs"].extend(outputs[k] for k in kept)
+        entry["spent"].extend(o for k, o in enumerate(outputs) if k not in set(kept) and o is not None)
+        aborted = [outputs[k] for k in batch["aborted"] if outputs[k] is not None]
+        return {"aborted": len(batch["aborted"]), "aborted_tokens": sum(response_tokens(o) for o in aborted)}
+
     async def ada_count(self, uid: str, keep: list[int]) -> dict[str, int]:
         """What a prompt's metrics need before it is published: how many of its responses were sampled across a
         weight update (cut by an abort of verl's async trainer and resumed by its client on the new weights),
-        the tokens its responses generated, and those the kept ones bring to the update."""
-        outputs = self._ada[uid]["outputs"] if uid in self._ada else []
+        the tokens its responses generated (the early exit's spent ones too), and those the kept ones bring to
+        the update."""
+        entry = self._ada.get(uid, {})
+        outputs = entry.get("outputs", [])
         return {
             "resumed": sum(resumed(output) for output in outputs),
-            "generated": sum(response_tokens(output) for output in outputs),
+            "generated": sum(response_tokens(output) for output in [*outputs, *entry.get("spent", [])]),
             "trained": sum(response_tokens(outputs[index]) for index in keep),
         }
 
@@ -199,6 +252,28 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
         """DAPO: forget a dropped prompt and clear its prompt key, so verl's replay buffer never sees it."""
         self._ada.pop(uid, None)
         await tq.async_kv_clear(keys=[uid], partition_id="train")
+
+
+class _Streamed:
+    """`ada_loop.Streamed` over the workers that own the prompts: each call is the owner's `ada_*`."""
+
+    def __init__(self, uids: list[str], owner: dict) -> None:
+        self.uids, self.owner = uids, owner
+        self.aborted = self.aborted_tokens = 0
+
+    async def start(self, slot: int, count: int) -> None:
+        await self.owner[self.uids[slot]].ada_start.remote(self.uids[slot], count)
+
+    async def wait(self, slot: int) -> list[tuple[int, float]]:
+        return [tuple(item) for item in await self.owner[self.uids[slot]].ada_wait.remote(self.uids[slot])]
+
+    async def cancel(self, slot: int, positions: list[int]) -> None:
+        await self.owner[self.uids[slot]].ada_cancel.remote(self.uids[slot], positions)
+
+    async def end(self, slot: int, kept: list[int]) -> None:
+        counts = await self.owner[self.uids[slot]].ada_end.remote(self.uids[slot], kept)
+        self.aborted += counts["aborted"]
+        self.aborted_tokens += counts["aborted_tokens"]
 
 
 def _log_failure(future: concurrent.futures.Future) -> None:
@@ -298,10 +373,15 @@ class ReinforceAdaAgentLoopManager(AgentLoopManagerTQ):
 
         dapo = policy_for(self.spec).refills
         refill = self._dapo_refill(rows, step, uids, owner) if dapo else None
+        streamed = _Streamed(uids, owner) if self.spec.early_exit != "off" else None
         try:
             result = await run_adaptive_step(
-                self.spec, prompt_keys, generate, step=step, estimator=state.estimator(self.spec), refill=refill
-            )
+                self.spec, prompt_keys, generate, step=step, estimator=state.estimator(self.spec), refill=refill,
+                streamed=streamed,
+            )  # fmt: skip
+            if streamed is not None:  # requests the servers still had when cancelled, and what they had decoded
+                result.metrics["exit/requests_aborted"] = float(streamed.aborted)
+                result.metrics["exit/tokens_cancelled"] = float(streamed.aborted_tokens)
             commit = plan_dapo_commit(result.result.included, len(rows), len(rows)) if dapo else None
         except Exception:
             await asyncio.gather(*(owner[u].ada_commit.remote(u, [], False) for u in uids))

@@ -163,7 +163,13 @@ class StopAtBoundary:
 
 @register_trainer(TRAINER_MODE)
 class StopAtBoundaryTrainer(StopAtBoundary, PPOTrainerSync):
-    """`PPOTrainerSync` that honours RUN/.stop-request.json at the end of a step."""
+    """`PPOTrainerSync` that honours RUN/.stop-request.json at the end of a step; its agent loops' client can
+    abort one session's request (the early exit, `repro.verl_plugin.abortable`), verl's otherwise."""
+
+    def get_llm_client(self):
+        from repro.verl_plugin.abortable import AbortableLLMServerClient
+
+        return self.llm_server_manager.get_client(client_cls=AbortableLLMServerClient)
 
 
 @register_trainer(ASYNC_TRAINER_MODE)
