@@ -75,3 +75,45 @@ def test_the_driver_keeps_each_prompts_shortest_meeting_prefix_and_cancels_what_
         cancelled += len(streamed.cancelled[slot])
     assert cancelled > 10 and step.metrics["exit/responses_cancelled"] == cancelled
     assert step.metrics["exit/responses_dropped"] > 0
+
+
+def test_the_abortable_client_records_its_sessions_request_and_abort_finds_it(monkeypatch) -> None:
+    from omegaconf import OmegaConf
+    from verl.workers.rollout.llm_server import LLMServerClient
+
+    from repro.verl_plugin import abortable
+
+    calls: list[dict] = []
+
+    class Server:  # vLLMHttpServer.abort_request's reply: not found until the engine has the request
+        class abort_request:  # a Ray actor method's shape: .remote(...) -> awaitable
+            @staticmethod
+            async def remote(**kwargs):
+                calls.append(kwargs)
+                return {"aborted": len(calls) >= 3, "request_id": kwargs["request_id"]}
+
+    async def acquire(self, request_id, **extra):
+        return "server-0", Server
+
+    monkeypatch.setattr(LLMServerClient, "_acquire_server", acquire)
+    monkeypatch.setattr(abortable, "ABORT_WAIT_S", 0.0)
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"full_determinism": False}}})
+    client = abortable.AbortableLLMServerClient(config=config)
+
+    async def session(record):
+        abortable.INFLIGHT.set(record)
+        await client._acquire_server("caller-id")
+        return client._vllm_request_id("caller-id")
+
+    async def main():
+        record: dict = {}
+        vllm_id = await asyncio.ensure_future(session(record))
+        assert record == {"server": Server, "request_id": vllm_id} and vllm_id != "caller-id"  # a fresh uuid
+        assert await abortable.abort(record, asyncio.get_running_loop().create_future()) is True
+        assert [c["request_id"] for c in calls] == [vllm_id] * 3 and not calls[0]["reset_prefix_cache"]
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        assert await abortable.abort(record, done) is False  # the session ended first: nothing to abort
+        assert await client._acquire_server("x") == ("server-0", Server)  # outside a session: verl's client
+
+    asyncio.run(main())

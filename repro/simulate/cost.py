@@ -14,14 +14,14 @@ every slot of every server busy for the whole step.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from repro.sampling import StepSampler, estimator_for
 from repro.sampling.spec import SamplerSpec
-from repro.simulate.engine import BatchingEngine, ServerModel
+from repro.simulate.engine import BatchingEngine, ServerModel, by_owner
 from repro.simulate.workload import LengthModel, Streams, TrainModel, _Draws, _prompt_order
 
 __all__ = [
@@ -179,19 +179,6 @@ def run_step(
         cancelled_tokens=cancelled[0],
         cancelled_responses=cancelled[1],
     )
-
-
-def by_owner(finished: list[tuple[int, float]], key_of: Callable[[int], Hashable], waiting: dict) -> dict:
-    """The responses that finished in one instant, grouped by whose outstanding batch they are in (`key_of(id)`,
-    a key of `waiting`: the ids of that batch), in order of first finish; a response whose batch already ended
-    (cut by the early exit) is left out."""
-    out: dict = {}
-    for request_id, _t in finished:
-        key = key_of(request_id)
-        ids = waiting.get(key)
-        if ids is not None and ids[0] <= request_id <= ids[-1]:
-            out.setdefault(key, []).append(request_id)
-    return out
 
 
 @dataclass

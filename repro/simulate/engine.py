@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -244,3 +244,16 @@ class BatchingEngine:
         if not np.isfinite(dt):
             raise RuntimeError("nothing is running")
         return self.advance(dt)
+
+
+def by_owner(finished: list[tuple[int, float]], key_of: Callable[[int], Hashable], waiting: dict) -> dict:
+    """The responses that finished in one instant, grouped by whose outstanding batch they are in (`key_of(id)`,
+    a key of `waiting`: the ids of that batch), in order of first finish; a response whose batch already ended
+    (cut by the early exit) is left out."""
+    out: dict = {}
+    for request_id, _t in finished:
+        key = key_of(request_id)
+        ids = waiting.get(key)
+        if ids is not None and ids[0] <= request_id <= ids[-1]:
+            out.setdefault(key, []).append(request_id)
+    return out

@@ -38,8 +38,7 @@ import numpy as np
 
 from repro.sampling import StepSampler
 from repro.sampling.spec import SamplerSpec
-from repro.simulate.cost import by_owner
-from repro.simulate.engine import BatchingEngine, ServerModel
+from repro.simulate.engine import BatchingEngine, ServerModel, by_owner
 from repro.simulate.workload import LengthModel, Streams, TrainModel, _Draws
 
 STEADY_MIN_STEPS = 16  # gaps between update ends the steady-state step time averages over, at least
