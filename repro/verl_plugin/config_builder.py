@@ -310,6 +310,12 @@ def build_overrides(verl_cell: VerlCell) -> list[str]:
             f"the early exit ({cell.method.key}) runs on verl's synchronous trainer: its async client resumes "
             "every aborted request (partial rollouts), the exit's cancellations included; drop --async"
         )
+    if spec.early_exit != "off" and not cpu:
+        raise ReproError(
+            f"the early exit ({cell.method.key}) cancels single requests, and verl 0.9.1's vLLM server cannot: its "
+            "abort_request looks up the caller's id, which vLLM >= 0.16 keys by an internal one (the CPU "
+            "rehearsal's server aborts by vLLM's external id, repro.verl_plugin.cpu_vllm); use seq-balance"
+        )
     if policy.verl_advantage == "grpo":
         o["algorithm.adv_estimator"] = "grpo"
         o["algorithm.norm_adv_by_std_in_grpo"] = spec.norm_adv_by_std

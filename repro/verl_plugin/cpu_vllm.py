@@ -147,6 +147,20 @@ class CpuVllmHttpServer(vLLMHttpServer):
             audit.append("rollout", record)
         return result
 
+    async def abort_request(self, request_id: str, reset_prefix_cache: bool = True) -> dict:
+        """One request aborted by the id the caller gave (the early exit, `repro.verl_plugin.abortable`).
+
+        verl 0.9.1's looks the id up in the output processor's `request_states`, which vLLM keys by an internal
+        id since 0.16 (the caller's plus a random suffix, vllm-project/vllm#27987), and calls `abort_requests`
+        without its `internal` argument: it never finds a live request. vLLM's own `AsyncLLM.abort` takes the
+        caller's (external) id; the request's generator then ends with finish reason "abort" and the tokens
+        decoded so far, which verl's `generate` returns with stop reason "aborted". The prefix cache is kept."""
+        live = self.node_rank == 0 and request_id in self.engine.output_processor.external_req_ids
+        if live:
+            await self.engine.abort(request_id)
+            audit.append("rollout", {"event": "abort_request", "global_steps": self.global_steps})
+        return {"aborted": live, "request_id": request_id}
+
 
 class CpuVllmReplica(vLLMReplica):
     """verl's vLLM replica launching the CPU server class under the `vllm_cpu_` actor names."""
