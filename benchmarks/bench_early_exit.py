@@ -23,7 +23,7 @@ from repro import catalog
 from repro.simulate import pass_rates as pr
 from repro.simulate.cost import LengthModel, TrainModel, add_ratios, simulate_cost
 from repro.simulate.engine import ServerModel
-from repro.simulate.exact import seq_exact
+from repro.simulate.exact import seq_exact, sequential_mean_draws
 
 GOAL = 2.0  # issue 46: Seq-balance at or below 2.0x GRPO-n4's step
 METHODS = ("grpo-n4", "seq-pos", "seq-pos-exit", "seq-balance", "seq-balance-exit", "seq-balance-stream",
@@ -81,34 +81,14 @@ def main() -> None:
         exact = seq_exact(p, spec)
         cap = spec.round_size * spec.max_rounds
         stuck = float((exact.unresolved * cap).mean())
+        one_at_a_time = float(sequential_mean_draws(p, spec).mean())
         print(
             f"  {kind}: {exact.mean_draws.mean():.2f} responses a prompt; {stuck:.2f} of them "
             f"({stuck / exact.mean_draws.mean():.0%}) by the {exact.unresolved.mean():.0%} of prompts whose rule never "
-            f"holds in {cap} (no exit cuts them); a one-at-a-time sampler draws {_sequential_draws(spec, p):.2f}"
+            f"holds in {cap} (no exit cuts them); a one-at-a-time sampler draws {one_at_a_time:.2f}"
         )
     would = [f"{k}: {by[k].ratio_to_grpo_n4:.2f}x sync, {by[k].async_ratio_to_grpo_n4:.2f}x async" for k in WHAT_WOULD]
     print(f"3. what would (a different method: half the cap on hard prompts): {'; '.join(would)}")
-
-
-def _sequential_draws(spec, p: np.ndarray) -> float:
-    """Mean responses a one-at-a-time sampler draws under the rule (from n on), capped as the rounds are: exact,
-    from the negative binomial of the counts (a prefix of length m meets the rule with the first m draws)."""
-    from scipy.stats import binom
-
-    cap = spec.round_size * spec.max_rounds
-    total = np.zeros(p.size)
-    for m in range(cap):  # E[T] = sum over m of P(T > m): no prefix of length <= m meets the rule
-        if m < spec.n:
-            total += 1.0
-            continue
-        # the rule is monotone in the counts, so P(no prefix <= m meets) is P(the first m do not meet) only when
-        # meeting cannot be lost: true for both rules (counts only grow)
-        k = np.arange(m + 1)
-        pmf = binom.pmf(k[None, :], m, p[:, None])
-        pos_ok = k >= (spec.k_pos if spec.exit_rule == "pos" else spec.n // 2)
-        neg_ok = (m - k) >= (0 if spec.exit_rule == "pos" else spec.n // 2)
-        total += pmf[:, ~(pos_ok & neg_ok)].sum(axis=1)
-    return float(total.mean())
 
 
 if __name__ == "__main__":

@@ -250,3 +250,64 @@ def test_the_early_exit_is_refused_outside_seq_and_off_by_default() -> None:
         SamplerSpec(kind="uniform", early_exit="order")
     with pytest.raises(ValueError, match="early_exit must be one of off, order, first-returned"):
         SamplerSpec(kind="seq", early_exit="sometimes")
+
+
+@pytest.mark.parametrize("rule", ["pos", "balance"])
+def test_the_one_at_a_time_samplers_mean_draws_match_a_stopping_dynamic_program(rule: str) -> None:
+    from repro.simulate.exact import sequential_mean_draws
+
+    spec = SamplerSpec(kind="seq", exit_rule=rule, n=4, round_size=8, max_rounds=4, k_pos=1)
+    p = np.array([0.02, 0.1, 0.3, 0.5, 0.8, 0.97])
+    closed = sequential_mean_draws(p, spec)
+    for i, q in enumerate(p):
+        alive, expected = {0: 1.0}, 0.0  # positives -> probability, over the paths not stopped after m draws
+        for m in range(32):
+            expected += sum(alive.values())  # P(T > m)
+            nxt: dict[int, float] = {}
+            for k, w in alive.items():
+                for k2, w2 in ((k + 1, w * q), (k, w * (1 - q))):
+                    met = m + 1 >= 4 and (k2 >= 1 if rule == "pos" else k2 >= 2 and m + 1 - k2 >= 2)
+                    if not met:  # stopped paths leave the sum
+                        nxt[k2] = nxt.get(k2, 0.0) + w2
+            alive = nxt
+        assert closed[i] == pytest.approx(expected, rel=1e-10)
+
+
+def test_the_sampling_simulation_keeps_the_one_at_a_time_pools_under_the_exit() -> None:
+    from repro import catalog
+    from repro.simulate.exact import sequential_mean_draws
+    from repro.simulate.sampling import simulate_method
+
+    rates = np.random.default_rng(0).beta(0.5, 0.5, 400)
+    spec = catalog.get_method("seq-balance-exit").sampler_spec(seed=0)
+    stats = simulate_method("seq-balance-exit", spec, rates, steps=20, batch=64, seed=0)
+    assert stats.exact["draws_mean"] == pytest.approx(float(sequential_mean_draws(rates, spec).mean()))
+    # 1,280 prompts, a pool's sd about 11 responses: 5 standard errors is 1.5
+    assert stats.draws_mean == pytest.approx(stats.exact["draws_mean"], abs=1.5)
+    rounds = simulate_method("seq-balance", catalog.get_method("seq-balance").sampler_spec(seed=0), rates,
+                             steps=20, batch=64, seed=0)  # fmt: skip
+    assert stats.draws_mean < rounds.draws_mean - 1.0  # a round keeps all 8, the exit its prefix
+
+
+@pytest.mark.parametrize("mode", ["order", "first-returned"])
+def test_a_round_reported_at_once_is_the_per_response_path_vectorised(mode: str) -> None:
+    """`returned_all` (the simulator's rounds) against `returned` with every position at once, slot by slot."""
+    spec = SamplerSpec(kind="seq", exit_rule="balance", n=4, round_size=8, max_rounds=4, early_exit=mode)
+    rng = np.random.default_rng(4)
+    p = rng.uniform(0.0, 1.0, 64)
+    fast, slow = StepSampler(spec, list(range(64))), StepSampler(spec, list(range(64)))
+    while True:
+        slots, counts = fast.plan()
+        slow_slots, slow_counts = slow.plan()
+        assert slots.tolist() == slow_slots.tolist() and counts.tolist() == slow_counts.tolist()
+        if slots.size == 0:
+            break
+        rewards = (rng.random((slots.size, 8)) < p[slots][:, None]).astype(float)
+        fast.returned_all(slots, rewards)
+        for row, slot in enumerate(slots.tolist()):
+            slow.returned(slot, list(range(8)), rewards[row])
+    a, b = fast.finalize(), slow.finalize()
+    assert a.pool_size.tolist() == b.pool_size.tolist() and a.pool_positives.tolist() == b.pool_positives.tolist()
+    assert np.array_equal(fast.rewards, slow.rewards) and a.exit_round.tolist() == b.exit_round.tolist()
+    assert a.metrics == b.metrics
+    assert (a.pool_size % 8 != 0).any() == (mode == "order")  # prefixes end mid-round only under the order rule

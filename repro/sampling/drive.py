@@ -18,6 +18,8 @@ DrawFn = Callable[[int], Sequence[Hashable]]
 
 
 def run_step_sync(sampler: StepSampler, sample: SampleFn, draw_prompts: DrawFn | None = None) -> StepResult:
+    """Rounds with a barrier. Under the early exit every response of a round returns at once (no time passes
+    here), so each prompt keeps the shortest request-order prefix that meets its rule and the rest is dropped."""
     while True:
         wanted = sampler.prompts_wanted()
         if wanted:
@@ -29,5 +31,9 @@ def run_step_sync(sampler: StepSampler, sample: SampleFn, draw_prompts: DrawFn |
             if sampler.prompts_wanted():  # every prompt drawn was skipped (GRESO): draw again
                 continue
             break
-        sampler.observe_many(slots, sample(slots, counts))
+        rewards = sample(slots, counts)
+        if sampler.spec.early_exit == "off":
+            sampler.observe_many(slots, rewards)
+        else:
+            sampler.returned_all(slots, rewards)
     return sampler.finalize()

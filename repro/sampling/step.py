@@ -24,6 +24,7 @@ from repro.sampling.estimator import BetaBernoulliEstimator
 from repro.sampling.metrics import step_metrics
 from repro.sampling.policies import FINISHED, OUTSTANDING, WAITING, DapoCapExceeded, policy_for
 from repro.sampling.result import StepResult
+from repro.sampling.rules import exit_met
 from repro.sampling.spec import SamplerSpec
 
 __all__ = ["FINISHED", "OUTSTANDING", "WAITING", "BatchEnd", "DapoCapExceeded", "StepResult", "StepSampler"]
@@ -158,7 +159,10 @@ class StepSampler:
 
     # ---- observations --------------------------------------------------------------------------
     def observe(self, slot: int, rewards: Sequence[float] | np.ndarray) -> None:
-        """Scores of some (or all) of a prompt's outstanding responses, in arrival order."""
+        """Scores of some (or all) of a prompt's outstanding responses, in arrival order (not under the early exit,
+        which needs their places in the request order: `returned`)."""
+        if self.spec.early_exit != "off":
+            raise RuntimeError("the early exit ends batches by what has returned: report responses with returned()")
         rewards = np.atleast_1d(np.asarray(rewards, dtype=float))
         k = rewards.size
         if k > self._outstanding[slot]:
@@ -217,8 +221,39 @@ class StepSampler:
         self._complete(np.array([slot]))
         return end
 
+    def returned_all(self, slots: np.ndarray, rewards: np.ndarray) -> None:
+        """`returned` for every response of these slots' batches back in one instant (a synchronous round with no
+        clock: the simulator), vectorised: under the order-preserving exit each slot keeps the shortest
+        request-order prefix of its pool that meets the rule, else its whole batch; under first-returned everything
+        back, the whole batch (nothing returned first)."""
+        slots, rewards = np.asarray(slots, dtype=np.int64), np.asarray(rewards, dtype=float)
+        need, base = self._outstanding[slots], self.count[slots]
+        if np.any(self._back[slots]) or rewards.shape[0] != slots.size or rewards.shape[1] < need.max(initial=0):
+            raise ValueError("returned_all takes whole outstanding batches, none of them partly reported")
+        width = int((base + need).max(initial=0))
+        cols = np.arange(width)
+        fill = (cols[None, :] >= base[:, None]) & (cols[None, :] < (base + need)[:, None])
+        rows = self.rewards[slots, :width].copy()
+        at_row, at_col = np.nonzero(fill)  # row by row, ascending: each slot's batch in request order
+        rows[at_row, at_col] = rewards[at_row, at_col - base[at_row]]
+        positives = np.cumsum(rows > self.spec.positive_threshold, axis=1)
+        sizes = np.broadcast_to(cols + 1, rows.shape)
+        met = exit_met(self.spec, positives, sizes) & (sizes >= self.spec.n) & (cols[None, :] < (base + need)[:, None])
+        decided = met.any(axis=1) & (self.spec.early_exit == "order")
+        count = np.where(decided, met.argmax(axis=1) + 1, base + need)
+        keep = cols[None, :] < count[:, None]
+        self.rewards[slots, :width] = np.where(keep, rows, 0.0)
+        self.dropped += int((base + need - count).sum())
+        self.count[slots] = count
+        self.npos[slots] = (positives * (cols[None, :] == (count - 1)[:, None])).sum(axis=1)
+        self._outstanding[slots] = 0
+        self._complete(slots)
+
     def observe_many(self, slots: np.ndarray, rewards: np.ndarray) -> None:
-        """Vectorised: complete the outstanding batch of each slot; row i holds slot i's rewards."""
+        """Vectorised: complete the outstanding batch of each slot; row i holds slot i's rewards. Not under the
+        early exit, which needs each response's place in the request order (`returned`)."""
+        if self.spec.early_exit != "off":
+            raise RuntimeError("the early exit ends batches by what has returned: report responses with returned()")
         slots = np.asarray(slots, dtype=np.int64)
         rewards = np.asarray(rewards, dtype=float)
         need = self._outstanding[slots]

@@ -91,3 +91,24 @@ def dapo_expected_batches(q: float, batch: int, gen_batch: int, cap: int) -> flo
         if survive < 1e-15:
             break
     return total
+
+
+def sequential_mean_draws(p: np.ndarray, spec: SamplerSpec) -> np.ndarray:
+    """Per prompt, the responses a one-at-a-time sampler keeps under Seq's rule (from n on), capped as the rounds
+    are (`repro.sampling.early_exit`): E[T] = sum over m < cap of P(T > m), and T > m iff the first m responses
+    do not meet the rule (the rule only counts, and counts only grow, so no shorter prefix met it either)."""
+    from scipy.stats import binom
+
+    p = np.asarray(p, dtype=float)
+    cap = spec.round_size * spec.max_rounds
+    need_pos = spec.k_pos if spec.exit_rule == "pos" else spec.n // 2
+    need_neg = 0 if spec.exit_rule == "pos" else spec.n // 2
+    total = np.zeros(p.size)
+    for m in range(cap):
+        if m < spec.n:
+            total += 1.0
+            continue
+        k = np.arange(m + 1)
+        met = (k >= need_pos) & (m - k >= need_neg)
+        total += binom.pmf(k[None, :], m, p[:, None])[:, ~met].sum(axis=1)
+    return total

@@ -15,7 +15,7 @@ import numpy as np
 
 from repro.sampling import StepSampler, estimator_for, run_step_sync
 from repro.sampling.spec import SamplerSpec
-from repro.simulate.exact import dapo_expected_batches, seq_exact, uniform_mixed
+from repro.simulate.exact import dapo_expected_batches, seq_exact, sequential_mean_draws, uniform_mixed
 
 
 @dataclass
@@ -130,6 +130,11 @@ def simulate_method(
     }
     if spec.kind == "uniform":
         exact["draws_mean"], exact["draws_p95"] = float(spec.n), float(spec.n)
+        draws_p95 = _quantile_from_pmf(sizes, size_hist, 0.95)
+    elif spec.kind == "seq" and spec.early_exit == "order":  # the pools are the one-at-a-time sampler's
+        # (first-returned keeps whatever is back: here a whole round at once, the rounds' law below)
+        exact["draws_mean"] = float(sequential_mean_draws(pass_rates, spec).mean())
+        exact["draws_p95"] = exact["signal_share"] = exact["zero_grad_share"] = None  # rounds' closed forms
         draws_p95 = _quantile_from_pmf(sizes, size_hist, 0.95)
     elif spec.kind == "seq":
         exact["draws_mean"] = float(seq.mean_draws.mean())
