@@ -229,19 +229,23 @@ def test_a_cell_finishing_as_it_is_warned_leaves_no_request(tmp_path) -> None:
 # ---- the wrapper on real processes, driven by signals -----------------------------------------------------
 
 # The child: writes its pid and its grandchild's (a `sleep` in its process group) to ready.json; then, by MODE,
-# honours a stop request (exit 75) or ignores it; on SIGTERM it writes term.json and exits 130.
+# honours a stop request (exit 75) or ignores it; on SIGTERM it writes term.json and exits 130. Each file is written
+# whole under another name and renamed: the test reads it as soon as it exists (CI at e94c521 read an empty one).
 CHILD = r"""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 run, mode = Path(sys.argv[1]), sys.argv[2]
+def write(name, record):
+    (run / (name + ".tmp")).write_text(json.dumps(record))
+    os.replace(run / (name + ".tmp"), run / name)
 def on_term(*_):
-    (run / "term.json").write_text(json.dumps({"pid": os.getpid()}))
+    write("term.json", {"pid": os.getpid()})
     sys.exit(130)
 signal.signal(signal.SIGTERM, on_term)
 sleeper = subprocess.Popen(["sleep", "600"])
 ready = {"pid": os.getpid(), "pgid": os.getpgid(0), "sleeper": sleeper.pid}
 ready["allocation"] = os.environ.get("REPRO_ALLOCATION")
-(run / "ready.json").write_text(json.dumps(ready))
+write("ready.json", ready)
 while True:
     if mode == "honour" and (run / ".stop-request.json").exists():
         (run / ".stop-request.json").unlink()
