@@ -50,7 +50,7 @@ from repro.reward import compute_score
 from repro.rundir import MetricsWriter, RunDir
 from repro.rundir.pause import pause_at
 from repro.sampling import Memory, SamplerSpec, StepSampler, estimator_for, policy_for
-from repro.sampling.early_exit import BiasTally, shortest_meeting_prefix
+from repro.sampling.early_exit import BiasTally, first_returned
 from repro.sampling.metrics import GENERATED
 
 PENDING_FILE = "pending_step.pt"  # async schedule: the next step's batch, sampled before this step's update
@@ -359,7 +359,7 @@ class CpuTrainer:
                 back_rows += rows
                 if slot not in first_cut:
                     pool = np.concatenate([base[slot], [reward[row] for row in back_rows]])
-                    if shortest_meeting_prefix(self.spec, pool) is not None:  # the biased cut would keep these
+                    if first_returned(self.spec, pool) is not None:  # the biased cut would keep these
                         first_cut.add(slot)
                         bias.add("first_returned", pool[base[slot].size :], [len(ended[r]) for r in back_rows])
                 end = sampler.returned(slot, [where[row][1] for row in rows], scores)

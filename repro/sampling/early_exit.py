@@ -30,14 +30,24 @@ from repro.sampling.settings import SeqSettings
 from repro.sampling.spec import SamplerSpec
 
 
+def meeting_prefixes(spec: SamplerSpec | SeqSettings, rewards: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per row of `rewards` ([prompts, width], request order; row i's first lengths[i] count): the length of the
+    shortest prefix of at least n responses that meets the exit rule, 0 where none does."""
+    rewards = np.atleast_2d(rewards)
+    if rewards.shape[1] == 0:
+        return np.zeros(rewards.shape[0], dtype=np.int64)
+    positives = np.cumsum(rewards > spec.positive_threshold, axis=1)  # positive as the core counts it
+    sizes = np.broadcast_to(np.arange(1, rewards.shape[1] + 1), rewards.shape)
+    met = exit_met(spec, positives, sizes) & (sizes >= spec.n) & (sizes <= np.asarray(lengths)[:, None])
+    return np.where(met.any(axis=1), met.argmax(axis=1) + 1, 0)
+
+
 def shortest_meeting_prefix(spec: SamplerSpec | SeqSettings, rewards: np.ndarray) -> int | None:
     """The length of the shortest prefix of `rewards` (one prompt's, in request order) of at least n responses
     that meets the exit rule, or None when no prefix does: what a one-at-a-time sampler keeps."""
-    positives = np.cumsum(np.asarray(rewards) > spec.positive_threshold)  # positive as the core counts it
-    sizes = np.arange(1, positives.size + 1)
-    met = exit_met(spec, positives, sizes) & (sizes >= spec.n)
-    hits = np.flatnonzero(met)
-    return int(hits[0]) + 1 if hits.size else None
+    rewards = np.asarray(rewards, dtype=float)
+    keep = int(meeting_prefixes(spec, rewards[None, :], [rewards.size])[0])
+    return keep or None
 
 
 def order_preserving_exit(spec: SamplerSpec | SeqSettings, rewards: np.ndarray, returned: np.ndarray) -> int | None:

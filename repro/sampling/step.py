@@ -19,12 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from repro.sampling.advantage import group_stats
-from repro.sampling.early_exit import order_preserving_exit, shortest_meeting_prefix
+from repro.sampling.early_exit import first_returned, meeting_prefixes, order_preserving_exit
 from repro.sampling.estimator import BetaBernoulliEstimator
 from repro.sampling.metrics import step_metrics
 from repro.sampling.policies import FINISHED, OUTSTANDING, WAITING, DapoCapExceeded, policy_for
 from repro.sampling.result import StepResult
-from repro.sampling.rules import exit_met
 from repro.sampling.spec import SamplerSpec
 
 __all__ = ["FINISHED", "OUTSTANDING", "WAITING", "BatchEnd", "DapoCapExceeded", "StepResult", "StepSampler"]
@@ -200,7 +199,7 @@ class StepSampler:
         elif mode == "first-returned":
             arrived = np.flatnonzero(back)
             pool = np.concatenate([self.rewards[slot, :base], self.rewards[slot, base + arrived]])
-            keep = None if shortest_meeting_prefix(self.spec, pool) is None else arrived.size
+            keep = None if first_returned(self.spec, pool) is None else arrived.size
         if keep is None and not back.all():
             return None
         if keep is None:
@@ -236,16 +235,13 @@ class StepSampler:
         rows = self.rewards[slots, :width].copy()
         at_row, at_col = np.nonzero(fill)  # row by row, ascending: each slot's batch in request order
         rows[at_row, at_col] = rewards[at_row, at_col - base[at_row]]
-        positives = np.cumsum(rows > self.spec.positive_threshold, axis=1)
-        sizes = np.broadcast_to(cols + 1, rows.shape)
-        met = exit_met(self.spec, positives, sizes) & (sizes >= self.spec.n) & (cols[None, :] < (base + need)[:, None])
-        decided = met.any(axis=1) & (self.spec.early_exit == "order")
-        count = np.where(decided, met.argmax(axis=1) + 1, base + need)
+        prefix = meeting_prefixes(self.spec, rows, base + need) if self.spec.early_exit == "order" else 0 * need
+        count = np.where(prefix > 0, prefix, base + need)
         keep = cols[None, :] < count[:, None]
         self.rewards[slots, :width] = np.where(keep, rows, 0.0)
         self.dropped += int((base + need - count).sum())
         self.count[slots] = count
-        self.npos[slots] = (positives * (cols[None, :] == (count - 1)[:, None])).sum(axis=1)
+        self.npos[slots] = ((rows > self.spec.positive_threshold) & keep).sum(axis=1)
         self._outstanding[slots] = 0
         self._complete(slots)
 

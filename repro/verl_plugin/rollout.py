@@ -152,10 +152,7 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
         start = len(entry["outputs"])
 
         async def one(session: int):
-            _COLLECT.set(True)
-            return await self._run_agent_loop(
-                entry["params"], trajectory=entry["trajectory"], trace=False, session_id=session, **entry["row"]
-            )
+            return await self._session(entry, session)
 
         # one failed run cancels its siblings and keeps nothing: the manager's loop retries the batch
         # (`ada_loop.GENERATE_RETRIES`) from the same session numbers, then gives up on the prompt
@@ -172,12 +169,8 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
         records: list[dict[str, Any]] = [{} for _ in range(count)]
 
         async def one(position: int):
-            _COLLECT.set(True)
             INFLIGHT.set(records[position])  # the session's server and request id (repro.verl_plugin.abortable)
-            return await self._run_agent_loop(
-                entry["params"], trajectory=entry["trajectory"], trace=False, session_id=start + position,
-                **entry["row"],
-            )  # fmt: skip
+            return await self._session(entry, start + position)
 
         tasks = [asyncio.ensure_future(one(k)) for k in range(count)]
         for task in tasks:
@@ -213,6 +206,13 @@ class AdaWorker(AgentLoopWorkerTQ.__ray_actor_class__):
         entry["spent"].extend(o for k, o in enumerate(outputs) if k not in set(kept) and o is not None)
         aborted = [outputs[k] for k in batch["aborted"] if outputs[k] is not None]
         return {"aborted": len(batch["aborted"]), "aborted_tokens": sum(response_tokens(o) for o in aborted)}
+
+    async def _session(self, entry: dict[str, Any], session: int):
+        """One agent-loop run of a prompt, its output kept by this worker (`_COLLECT`), not published."""
+        _COLLECT.set(True)
+        return await self._run_agent_loop(
+            entry["params"], trajectory=entry["trajectory"], trace=False, session_id=session, **entry["row"]
+        )
 
     async def ada_count(self, uid: str, keep: list[int]) -> dict[str, int]:
         """What a prompt's metrics need before it is published: how many of its responses were sampled across a
