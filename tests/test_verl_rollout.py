@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import types
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -63,7 +64,9 @@ def test_the_manager_refuses_it_at_construction():
 # ---- a: the worker stays thin ----------------------------------------------------------------------
 def _worker(run_agent_loop):
     entry = {"row": {"uid": "u"}, "trajectory": {}, "params": {}, "outputs": ["earlier"]}
-    return SimpleNamespace(_ada={"u": entry}, _run_agent_loop=run_agent_loop), entry
+    worker = SimpleNamespace(_ada={"u": entry}, _run_agent_loop=run_agent_loop)
+    worker._session = types.MethodType(rollout.AdaWorker._session, worker)  # the one session launcher
+    return worker, entry
 
 
 def test_ada_generate_returns_the_rewards_and_a_failed_batch_keeps_nothing():
