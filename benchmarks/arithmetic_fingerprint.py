@@ -49,8 +49,8 @@ def primitives() -> dict[str, Callable[[], object]]:
     import torch
     import torch.nn.functional as F
 
-    from repro.local import blas
-    from repro.local.adamw import AdamW
+    from repro.cpu_lm import blas
+    from repro.cpu_lm.adamw import AdamW
 
     a, b = _inputs(1, 256, 300), _inputs(2, 300, 200)
     x, w = _inputs(3, 64, 128), _inputs(4, 512, 128)
@@ -102,7 +102,7 @@ def primitives() -> dict[str, Callable[[], object]]:
         rates = rng.beta(0.4, 1.1, 4096)
         return torch.from_numpy(np.concatenate([rates, rng.binomial(16, rates) / 16.0, rng.standard_normal(64)]))
 
-    def blas_linear_backward():  # the CPU trainer's products (repro.local.blas: numpy's OpenBLAS, Haswell kernels)
+    def blas_linear_backward():  # the CPU trainer's products (repro.cpu_lm.blas: numpy's OpenBLAS, Haswell kernels)
         xx, ww, bb = (t.clone().requires_grad_(True) for t in (x, w, bias))
         (blas.linear(xx.view(8, 8, 128), ww, bb) ** 2).sum().backward()
         return torch.cat([xx.grad.flatten(), ww.grad.flatten(), bb.grad.flatten()])

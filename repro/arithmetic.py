@@ -12,7 +12,7 @@ pin would only slow a GPU cell, and vLLM's CPU kernels pick their ISA from the h
 rollouts cannot be pinned.
 
 One kernel no variable pins: torch's float32 sqrt under AVX2 refines the CPU's approximate reciprocal square
-root, whose bits differ by vendor. The project computes the one it trains with itself (repro.local.adamw), and
+root, whose bits differ by vendor. The project computes the one it trains with itself (repro.cpu_lm.adamw), and
 the fingerprint records it (`replaced`).
 
 numpy's variable names its own dispatch targets, and numpy renames them (2.4 replaced AVX512F ... AVX512_SKX by

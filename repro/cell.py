@@ -24,6 +24,7 @@ from typing import Any
 from repro import catalog
 from repro.catalog import Backbone, Method, PromptSet, PromptTemplate, ReleasedScript, Setting
 from repro.errors import ReproError
+from repro.prompting import template_for
 from repro.sampling import SamplerSpec
 
 ENGINES = ("local", "verl")  # CPU backbones: the CPU trainer, or verl's real trainer; GPU backbones: verl only
@@ -128,7 +129,7 @@ class ResolvedCell:
         backbone (its rehearsal keeps the CPU scaling), under the paper preset, or for a kind without one."""
         if self.is_cpu or self.preset != "released" or self.released is None:
             return {}
-        return self.released.applied(self.backbone.key)
+        return self.released.applied(self.backbone)
 
     def names(self) -> dict[str, Any]:
         """The names the cell is resolved from, as `resolve_cell` takes them."""
@@ -255,7 +256,7 @@ def resolve_cell(
         seed=int(seed),
         preset=preset,
         engine=chosen_engine,
-        template=catalog.prompt_template(backbone.prompt_template),
+        template=template_for(backbone),
         sampler=_sampler(entry, int(seed), preset, chosen_engine),
         released=catalog.released_script(entry.kind),
         schedule=catalog.async_schedule() if entry.asynchronous and chosen_engine == "verl" else {},

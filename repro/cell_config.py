@@ -14,6 +14,7 @@ from repro.catalog import Backbone
 from repro.cell import ResolvedCell
 from repro.errors import ReproError
 from repro.launch.plan import VerlRun
+from repro.overrides import override_values
 
 
 def parse_sets(items: list[str]) -> dict[str, object]:
@@ -68,7 +69,7 @@ def _model_record(backbone: Backbone) -> dict[str, Any]:
     if backbone.build is not None:
         build = backbone.build
         return {"key": backbone.key, "build": {k: build[k] for k in ("wheel", "sha256", "member")}}
-    from repro.local.model import TinyModelSpec
+    from repro.cpu_lm.model import TinyModelSpec
 
     model_spec = TinyModelSpec()
     return {"key": model_spec.key(), "spec": {k: getattr(model_spec, k) for k in model_spec.__dataclass_fields__}}
@@ -84,7 +85,7 @@ def filtered_folder(model: str, prompt_set: str) -> Path:
 def resolve_cpu_config(cell: ResolvedCell, steps: int | None, batch: int | None, sets: dict[str, object] | None = None):
     """`build_cpu_config` plus where the model and data live on this machine; the note says when the run
     falls back to the unfiltered pool."""
-    from repro.local.weights import built_folder
+    from repro.cpu_lm.weights import built_folder
     from repro.tasks.tiny_arith import data_folder
 
     model, prompt_set = cell.backbone.key, cell.prompt_set.key
@@ -109,7 +110,7 @@ def gpu_data_files(cell: ResolvedCell, train_file: Path | None, val_file: Path |
 
     backbone, prompt_set, preset = cell.backbone, cell.prompt_set.key, cell.preset
     folder = filtered_folder(backbone.train_prompts_from(preset), prompt_set)
-    train_id = released.released_training_set(backbone.key, prompt_set, preset)
+    train_id = released.released_training_set(backbone, prompt_set, preset)
     train = train_file or (Path(train_id) if train_id else folder / "train.parquet")
     val = val_file or (Path(released.released_validation_set()) if train_id else folder / "val.parquet")
     if backbone.weights_from_user:  # no filtered folder of its own: verl only loads the validation file
@@ -136,7 +137,7 @@ def cpu_rehearsal_inputs(cell: ResolvedCell, train_file: Path | None, val_file: 
     """A CPU backbone on verl's trainer (`--engine verl`): the same training prompts and model folder as the
     local engine (the filtered set when `repro data filter` has built it, else the whole pool), so the two
     engines train on the same data; validation is off in training, verl only loads the file."""
-    from repro.local.weights import built_folder
+    from repro.cpu_lm.weights import built_folder
     from repro.tasks.tiny_arith import ensure_data
 
     model = cell.backbone.key
@@ -151,7 +152,7 @@ def cpu_rehearsal_inputs(cell: ResolvedCell, train_file: Path | None, val_file: 
     return train_file or train, val_file or val, str(built_folder(cell.backbone))
 
 
-def fetch_hub_inputs(spec: VerlRun, backbone: str, say: Callable[[str], None] = lambda _line: None) -> None:
+def fetch_hub_inputs(spec: VerlRun, backbone: Backbone, say: Callable[[str], None] = lambda _line: None) -> None:
     """Released sets named by Hub id become local verl Parquet before verl starts (verl reads local files).
     Submission does it on the submitting machine, which on a cluster usually has the network the compute
     nodes lack; `repro run` does it for a run started by hand."""
@@ -220,7 +221,7 @@ def verl_run(
         env=hub_env,
     )
     overrides = build_overrides(verl_cell)
-    values = dict(item.split("=", 1) for item in overrides)
+    values = override_values(overrides)
     config: dict[str, Any] = {"cell": cell.name, "preset": cell.preset, "overrides": overrides}
     if model_path:  # the settings' backbone, for `repro eval` (prompt template); rows keep the cell's label
         config.update(backbone=cell.backbone.key, model_path=weights)

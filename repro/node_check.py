@@ -15,7 +15,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from repro.stack_check import VERL_DEFAULT_ATTENTION, CellNeeds, attention_asked, failures, run_checks
+from repro.launch.attention import VERL_DEFAULT_ATTENTION, attention_asked
+from repro.overrides import override_values
+from repro.stack_check import CellNeeds, failures, run_checks
 
 MODULE = "repro.node_check"
 
@@ -30,7 +32,7 @@ def needs_of_run(run_dir: Path, *, gpus: int, attention: str, required: bool) ->
     checkpoints = str(Path(run_dir) / "checkpoints")
     if config_file.is_file():
         config = yaml.safe_load(config_file.read_text()) or {}
-        values = dict(str(o).lstrip("+").split("=", 1) for o in config.get("overrides") or [] if "=" in str(o))
+        values = override_values(config.get("overrides") or [])
         checkpoints = values.get("trainer.default_local_dir", checkpoints).strip("'")
         one, whole = _disk_from_overrides(config)
     return CellNeeds(

@@ -11,9 +11,12 @@ from __future__ import annotations
 from repro import catalog
 
 
-def template_for(backbone: str) -> catalog.PromptTemplate:
-    """The prompt template a backbone is trained, filtered and evaluated with."""
-    return catalog.prompt_template(catalog.get_backbone(backbone).prompt_template)
+def template_for(backbone: catalog.Backbone | str) -> catalog.PromptTemplate:
+    """The prompt template a backbone is trained, filtered and evaluated with: the record where the caller
+    holds one (a resolved cell has its template already), its key where a name is all it has (a run's
+    config.yaml, a test)."""
+    record = catalog.get_backbone(backbone) if isinstance(backbone, str) else backbone
+    return catalog.prompt_template(record.prompt_template)
 
 
 def user_text(problem: str, template: catalog.PromptTemplate) -> str:

@@ -248,7 +248,6 @@ class Smoke:
         """A GPU smoke's training prompts: tiny-arith problems in the backbone's own prompt template, so a node
         without the Hub (or before `repro data filter`) can train; they are easy, which is all 2 steps need."""
         from repro.data.filter import Candidate, write_rows
-        from repro.prompting import template_for
         from repro.tasks.tiny_arith import build
 
         out = self.folder / "data"
@@ -256,7 +255,7 @@ class Smoke:
             return
         problems = build(0).train[: SMOKE_TRAIN_PROMPTS + 8]
         rows = [Candidate(f"smoke-{i}", p.question, p.answer, data_source="tiny-arith") for i, p in enumerate(problems)]
-        template = template_for(self.model)
+        template = self.cell.template
         write_rows(rows[:SMOKE_TRAIN_PROMPTS], out / "train.parquet", "train", template)
         write_rows(rows[SMOKE_TRAIN_PROMPTS:], out / "val.parquet", "test", template)
 

@@ -29,13 +29,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from repro.launch.attention import ATTENTION_KEY, FALLBACK_ATTENTION, VERL_DEFAULT_ATTENTION
 from repro.sizes import size_text
 
 VERDICTS = ("ok", "warn", "fail", "skip")
 NVML_LIBRARY = "libnvidia-ml.so.1"  # what the driver installs; nvidia-smi reads the same library
-ATTENTION_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
-VERL_DEFAULT_ATTENTION = "flash_attention_2"  # verl 0.9.1 workers/config/model.py
-FALLBACK_ATTENTION = "sdpa"  # torch's own kernel: no extra package, same result, slower
 
 
 @dataclass(frozen=True)
@@ -202,23 +200,21 @@ def disk_check(folder: Path, one_save: int, whole_run: int) -> Check:
         return Check(
             "disk",
             "fail",
-            f"{_size(free)} free under {here}, one checkpoint needs {_size(one_save)}: put the runs on a larger file "
-            "system (--runs-root) or free space",
+            f"{size_text(free)} free under {here}, one checkpoint needs {size_text(one_save)}: put the runs on a "
+            "larger file system (--runs-root) or free space",
         )
     if free < whole_run:
         return Check(
             "disk",
             "warn",
-            f"{_size(free)} free under {here}, the run's checkpoints grow to {_size(whole_run)}: it will stop with a "
-            "full disk unless space is freed before then",
+            f"{size_text(free)} free under {here}, the run's checkpoints grow to {size_text(whole_run)}: it will stop "
+            "with a full disk unless space is freed before then",
         )
     return Check(
-        "disk", "ok", f"{_size(free)} free under {here}; the run's checkpoints need {_size(whole_run)} at most"
+        "disk",
+        "ok",
+        f"{size_text(free)} free under {here}; the run's checkpoints need {size_text(whole_run)} at most",
     )
-
-
-def _size(n: float) -> str:
-    return size_text(n)
 
 
 # ---- the two places --------------------------------------------------------------------------------------
@@ -234,16 +230,6 @@ class CellNeeds:
     checkpoints: str = "checkpoints"  # where the saves go
     one_save: int = 0  # bytes
     whole_run: int = 0  # bytes
-
-
-def attention_asked(overrides: Sequence[str]) -> tuple[str, bool]:
-    """(the attention the cell asks for, whether explicitly): an override of the key is explicit; without one
-    the cell takes verl's default."""
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if key.lstrip("+") == ATTENTION_KEY:
-            return value.strip("'\""), True
-    return VERL_DEFAULT_ATTENTION, False
 
 
 def run_checks(needs: CellNeeds, *, on_node: bool) -> list[Check]:
@@ -294,30 +280,3 @@ def require_flash_attn(overrides: dict[str, Any], backbones: Sequence[str]) -> d
     if any(str(key).lstrip("+") == ATTENTION_KEY for key in overrides):
         return dict(overrides)
     return {f"+{ATTENTION_KEY}": VERL_DEFAULT_ATTENTION, **overrides}
-
-
-def attention_fallback(argv: Sequence[str]) -> tuple[list[str], dict[str, str] | None]:
-    """The trainer command a job runs with, and the attention record for status.json. A GPU cell that did not
-    ask for its attention explicitly and whose node cannot import flash-attn runs with sdpa instead of
-    failing at actor start; everything else is left as it is (record None)."""
-    from repro.gpu_stack import ATTENTION_PACKAGES, importable
-    from repro.verl_plugin.config_builder import ENTRY_MODULE
-
-    argv = list(argv)
-    if ENTRY_MODULE not in argv:
-        return argv, None  # not verl's trainer (a test's stand-in, a CPU trainer)
-    if any(a.split("=", 1)[0] == "trainer.device" and a.endswith("=cpu") for a in argv):
-        return argv, None  # a CPU rehearsal sets sdpa itself
-    asked, explicit = attention_asked(argv)
-    if explicit or asked not in ATTENTION_PACKAGES or importable(ATTENTION_PACKAGES[asked][0]):
-        return argv, None
-    import socket
-
-    module = ATTENTION_PACKAGES[asked][0]
-    record = {
-        "asked": asked,
-        "used": FALLBACK_ATTENTION,
-        "why": f"`{module}` does not import on {socket.gethostname()} (slower, same result; --require-flash-attn "
-        "makes this a failure)",
-    }
-    return [*argv, f"+{ATTENTION_KEY}={FALLBACK_ATTENTION}"], record

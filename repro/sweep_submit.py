@@ -70,7 +70,7 @@ def _submit_one(
     """Prepare the run folder (the job's own `repro run` then resumes it), submit, record the job. `allocation`
     is the job's place in its submission's chain of continuations (Ray under a time limit)."""
     if plan.gpu is not None:  # released sets by Hub id: fetched here, where the network is
-        fetch_hub_inputs(plan.gpu, plan.cell.backbone.key)
+        fetch_hub_inputs(plan.gpu, plan.cell.backbone)
         plan = keep_recorded_plan(plan, say)  # a run recorded with its weights elsewhere keeps them (and says so)
     RunDir.prepare(plan.run_dir, plan.config, ["repro", "sweep", "run", sweep.name, f"--launcher={scheduler.name}"])
     chain = {"allocation": allocation} if scheduler.name == "ray" else {}

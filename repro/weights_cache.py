@@ -296,7 +296,7 @@ class WeightsReport:
     how: str  # where the size comes from
 
     def line(self) -> str:
-        shown = "size unknown" if self.size is None else _size(self.size)
+        shown = "size unknown" if self.size is None else size_text(self.size)
         if self.how.startswith("an estimate"):
             shown = f"about {shown}"
         if self.folder is not None and self.source != str(self.folder):
@@ -372,7 +372,7 @@ def report_lines(items: Mapping[str, tuple[str, int | None]]) -> list[str]:
     if len(pending) > 1:
         known = sum(r.size or 0 for r in pending)
         about = "about " if any(r.how.startswith("an estimate") for r in pending) else ""
-        lines.append(f"  to download at submission: {about}{_size(known)} in all")
+        lines.append(f"  to download at submission: {about}{size_text(known)} in all")
     env = " ".join(f"{k}={v}" for k, v in job_env().items())
     lines.append(f"  the jobs (and verl's Ray workers) read weights and data sets offline: {env}")
     return lines
@@ -387,7 +387,3 @@ def plans_report_lines(plans: Iterable[Any]) -> list[str]:
             params = plan.cell.backbone.param_count
             items[plan.cell.backbone.key] = (model_path_of(plan.gpu.overrides) or "", params)
     return report_lines(items) if items else []
-
-
-def _size(n: float) -> str:
-    return size_text(n)

@@ -37,7 +37,7 @@ stage1_log=$(mktemp -t repro-stage1.XXXXXX)
 ) > "$stage1_log" 2>&1 &
 stage1=$!
 
-step "2/5 the filtered standard and hard prompt sets (the tiny model: the shipped build, repro/local/shipped)"
+step "2/5 the filtered standard and hard prompt sets (the tiny model: the shipped build, repro/cpu_lm/shipped)"
 $repro data filter --base-samples 16
 $repro data filter --base-samples 16 --pass-rate 0.125  # reuses the standard set's pass counts
 stage1_ok=0

@@ -45,7 +45,7 @@ def main(home: Path, light: bool = False) -> None:
     os.environ["REPRO_HOME"] = str(home)
 
     from repro.cli import main as cli
-    from repro.local.model import TinyModelSpec, ensure_tiny_model
+    from repro.cpu_lm.model import TinyModelSpec, ensure_tiny_model
     from repro.tasks.tiny_arith import ensure_data
 
     size = {"sft_steps": 4, "sft_batch": 16, "probe_problems": 8, "probe_samples": 4} if light else {"sft_steps": 40}

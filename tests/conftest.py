@@ -138,13 +138,13 @@ def tiny_home(tmp_path_factory) -> Path:
     """
     import torch
 
-    from repro.local.model import TinyModelSpec, ensure_tiny_model
+    from repro.cpu_lm.model import TinyModelSpec, ensure_tiny_model
     from repro.tasks.tiny_arith import ensure_data
 
     home = tmp_path_factory.mktemp("repro_home")
     torch.set_num_threads(arithmetic.threads(2))
     # unboxed_share 0: the mechanics tests were written against the boxed-only warm start (version 1); the
-    # format gap of the real model (repro/local/model.py) would leave too few mixed groups in 40 steps
+    # format gap of the real model (repro/cpu_lm/model.py) would leave too few mixed groups in 40 steps
     ensure_tiny_model(home=home, spec=TinyModelSpec(sft_steps=40, unboxed_share=0.0))
     ensure_data(0, home=home)
     return home
@@ -161,7 +161,7 @@ def smollm2(tmp_path_factory) -> Path:
     """SmolLM2-135M-Instruct's model folder, built once for the session from the registry wheel into its own
     REPRO_HOME (its parent's parent)."""
     from repro import catalog
-    from repro.local import registry_model
+    from repro.cpu_lm import registry_model
 
     home = tmp_path_factory.mktemp("smollm2_home")
     return registry_model.ensure_registry_model(catalog.get_backbone("smollm2-135m-instruct"), home)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from repro.local.tokenizer import build_tokenizer
+from repro.cpu_lm.tokenizer import build_tokenizer
 from repro.reward import compute_score
 from repro.sampling import SamplerSpec, StepSampler, allocate, make_estimator, residual_weights, run_step_sync
 from repro.verl_plugin.ada_loop import AdaptiveStep, Generation, Sample, make_generate, run_adaptive_step

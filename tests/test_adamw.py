@@ -1,4 +1,4 @@
-"""repro.local.adamw: torch's AdamW, bit for bit, except that the denominator's square root is the correctly
+"""repro.cpu_lm.adamw: torch's AdamW, bit for bit, except that the denominator's square root is the correctly
 rounded one (the same on every CPU) rather than torch's avx2 kernel, which refines the CPU's approximate
 reciprocal square root."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from repro.local.adamw import AdamW, exact_sqrt
+from repro.cpu_lm.adamw import AdamW, exact_sqrt
 
 
 def test_exact_sqrt_is_ieee_correctly_rounded() -> None:

@@ -90,7 +90,7 @@ def test_an_emulated_amd_epyc_computes_every_kernel_the_project_uses_bit_for_bit
     EPYC (MKL and oneDNN take their non-Intel branches, sized by its caches) and computes the approximate
     instructions (RSQRTPS, RCPPS) its own way, as every vendor does. Every primitive of the fingerprint must
     give this CPU's bits there, except torch's float32 sqrt and the AdamW built on it, which the project
-    replaces (repro.local.adamw): that pair differing is the control that shows the emulation computes
+    replaces (repro.cpu_lm.adamw): that pair differing is the control that shows the emulation computes
     other bits where the hardware chooses. (TCG emulates no AVX512; the pin keeps every kernel below it.)"""
     qemu = shutil.which("qemu-x86_64")
     assert qemu, "qemu-x86_64 is missing: run `bash scripts/setup-debian.sh` (Debian's qemu-user)"

@@ -1,4 +1,4 @@
-"""repro.local.blas.linear: torch's F.linear contract with OpenBLAS's products. Its values are F.linear's within
+"""repro.cpu_lm.blas.linear: torch's F.linear contract with OpenBLAS's products. Its values are F.linear's within
 float32 rounding, its backward is the exact gradient (gradcheck in float64), and its bits do not depend on the
 path taken (with or without autograd, contiguous or strided operands)."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from repro.local.blas import linear
+from repro.cpu_lm.blas import linear
 
 
 def _operands(rows: int, into: int, out: int, seed: int, dtype=torch.float32):

@@ -6,7 +6,8 @@ import pytest
 
 from repro import catalog
 from repro.catalog import CatalogError
-from repro.catalog.readers import _parse_backbones, _parse_methods, _setting
+from repro.catalog.grid_readers import _parse_backbones, _parse_methods
+from repro.catalog.reading import _setting
 from repro.cli import main
 from repro.errors import ReproError
 

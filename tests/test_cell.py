@@ -45,7 +45,7 @@ def test_the_released_preset_takes_each_released_value_and_sampler(backbone: str
             expected = setting.value if setting.released is None else setting.released
             assert cell.hp(name) == expected, (backbone, method, name)
         script = catalog.released_script(cell.method.kind)
-        assert cell.released_settings() == ({} if script is None else script.applied(backbone))
+        assert cell.released_settings() == ({} if script is None else script.applied(cell.backbone))
     seq = resolve_cell(backbone, "seq-balance", preset="released").sampler
     assert seq.downsample == (catalog.get_method("seq-balance").sampler["downsample"].released or "first")
     est = resolve_cell(backbone, "est", seed=3, preset="released").sampler

@@ -182,7 +182,7 @@ def test_repro_eval_loads_a_slimmed_save_in_bf16(tiny_env, tmp_path) -> None:
     """A real model folder (the suite's tiny-arith model, fp32 safetensors) as an older verl save: slimmed,
     then loaded by `repro eval`'s transformers backend; its parameters are the bf16 cast of the fp32 ones."""
     from repro.cli import main
-    from repro.evaluation.generation import TransformersGenerator
+    from repro.evaluation.transformers_generator import TransformersGenerator
 
     model = next(p for p in (Path(tiny_env["REPRO_HOME"]) / "models").iterdir() if (p / "config.json").is_file())
     original = load_file(model / "model.safetensors")

@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 from repro import arithmetic
 from repro.commands.collect import collect as collect_command
 from repro.errors import ReproError
-from repro.report.collect import GENERATED_CUMULATIVE, collect, read_results, results_lock
-from repro.report.schema import MATCHED_TABLES, RUN_KEYS, TABLES, WEIGHTED_AVERAGE
+from repro.report.collect import collect
+from repro.report.results_files import read_results, results_lock
+from repro.report.schema import GENERATED_CUMULATIVE, MATCHED_TABLES, RUN_KEYS, TABLES, WEIGHTED_AVERAGE
 
 METHODS = ("grpo-n4", "seq-balance", "est")
 RUNS = sorted(f"tiny-arith__{m}__standard__s0" for m in METHODS)

@@ -11,11 +11,11 @@ import yaml
 
 from repro import catalog
 from repro.catalog import CatalogError
-from repro.catalog.readers import _parse_prompt_templates
+from repro.catalog.grid_readers import _parse_prompt_templates
 from repro.cell import resolve_cell
 from repro.cell_config import build_cpu_config, verl_run
+from repro.cpu_lm.weights import built_folder
 from repro.data.filter import candidates_from_rows
-from repro.local.weights import built_folder
 from repro.prompting import chat_messages, last_user_turn, template_for
 from repro.tasks import tiny_arith
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
-from repro.evaluation.generation import TransformersGenerator
-from repro.local import generate
-from repro.local.model import TinyModelSpec, model_folder, prompt_ids
-from repro.verl_plugin import cpu_rollout
-from repro.verl_plugin.cpu_rollout import SamplingKey, sample_batch
+from repro.cpu_lm import generate
+from repro.cpu_lm.model import TinyModelSpec, model_folder, prompt_ids
+from repro.evaluation.transformers_generator import TransformersGenerator
+from repro.verl_plugin import cpu_sampling
+from repro.verl_plugin.cpu_sampling import SamplingKey, sample_batch
 
 QUESTIONS = ["What is 7 plus 5?", "What is 12 times 3?", "What is 40 minus 17?", "What is 3 plus 4 plus 9?"]
 
@@ -39,7 +39,7 @@ def compactions(monkeypatch) -> list[int]:
         return select(cache, keep)
 
     monkeypatch.setattr(generate, "select_cache_rows", counting, raising=True)
-    monkeypatch.setattr(cpu_rollout, "select_cache_rows", counting, raising=True)
+    monkeypatch.setattr(cpu_sampling, "select_cache_rows", counting, raising=True)
     return kept
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from repro.verl_plugin.cpu_rollout import SamplingKey, _filter_logits, sample_batch
+from repro.verl_plugin.cpu_sampling import SamplingKey, _filter_logits, sample_batch
 
 
 def test_top_k_and_top_p_keep_exactly_the_tokens_vllm_keeps() -> None:

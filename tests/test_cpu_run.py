@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from repro.cli import main
-from repro.local.model import TinyModelSpec, model_folder
+from repro.cpu_lm.model import TinyModelSpec, model_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_one_ppo_step_moves_log_probs_with_the_advantage(tiny_home) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from repro.local.generate import make_batch, response_logprobs
-    from repro.local.model import prompt_ids, target_ids
+    from repro.cpu_lm.generate import make_batch, response_logprobs
+    from repro.cpu_lm.model import prompt_ids, target_ids
     from repro.local.ppo import PPOSettings, actor_config, ppo_update
 
     folder = model_folder(TinyModelSpec(), tiny_home)

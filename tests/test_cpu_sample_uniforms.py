@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from repro.local.generate import sample
+from repro.cpu_lm.generate import sample
 
 
 class _Fixed(torch.nn.Module):

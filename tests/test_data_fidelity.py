@@ -67,7 +67,7 @@ def _chat(problem: str) -> str:
 
 
 def test_an_eval_request_sends_the_system_prompt_and_the_suffix(monkeypatch, tmp_path) -> None:
-    from repro.evaluation.generation import make_generator
+    from repro.evaluation.backends import make_generator
 
     fake, model = _fake_vllm(monkeypatch, tmp_path)
     generator = make_generator("vllm", model, 4096, template_for("qwen2.5-math-7b"), problems=["What is 2+2?"])
@@ -154,7 +154,7 @@ def test_is_hub_id() -> None:
 def test_a_released_set_by_hub_id_becomes_local_verl_rows(home) -> None:
     path = released.materialise(
         "RLHFlow/reinforce_ada_hard_prompt",
-        "qwen2.5-math-7b",
+        catalog.get_backbone("qwen2.5-math-7b"),
         "train",
         loader=lambda _id: RELEASED_ROWS,
         count_tokens=lambda text: len(text.split()),
@@ -164,7 +164,11 @@ def test_a_released_set_by_hub_id_becomes_local_verl_rows(home) -> None:
     assert [_user(r) for r in rows] == [f"What is {i}*3?{SUFFIX}" for i in range(12)]  # suffix once
     assert [r["reward_model"]["ground_truth"] for r in rows] == [str(3 * i) for i in range(12)]
     val = released.materialise(
-        "weqweasdas/validate", "qwen2.5-math-7b", "val", loader=lambda _id: VALIDATE_ROWS, count_tokens=len
+        "weqweasdas/validate",
+        catalog.get_backbone("qwen2.5-math-7b"),
+        "val",
+        loader=lambda _id: VALIDATE_ROWS,
+        count_tokens=len,
     )
     # validate's raw rows are built with the chat and the length filter (here 1 token per character)
     assert len(pd.read_parquet(val)) == 5
@@ -235,10 +239,10 @@ def test_train_file_by_hub_id_is_fetched_before_the_run(home, monkeypatch, tmp_p
     monkeypatch.setattr(released, "load_hub_rows", loader)
     monkeypatch.setattr(flt, "token_counter", lambda _path: None)
     lines: list[str] = []
-    fetch_hub_inputs(spec, "qwen2.5-math-1.5b", lines.append)
+    fetch_hub_inputs(spec, catalog.get_backbone("qwen2.5-math-1.5b"), lines.append)
     assert all(Path(local).exists() for local in spec.hub_sources)
     assert len(lines) == 2 and all(line.startswith("downloading ") for line in lines)
-    fetch_hub_inputs(spec, "qwen2.5-math-1.5b", lines.append)  # cached: nothing fetched again
+    fetch_hub_inputs(spec, catalog.get_backbone("qwen2.5-math-1.5b"), lines.append)  # cached: nothing fetched again
     assert len(loads) == 2 and len(lines) == 2
 
 

@@ -12,8 +12,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from repro.cli import main
-from repro.local import generate, trainer
-from repro.local.model import TinyModelSpec, model_folder, prompt_ids
+from repro.cpu_lm import generate
+from repro.cpu_lm.model import TinyModelSpec, model_folder, prompt_ids
+from repro.local import responses
 from repro.sampling.early_exit import shortest_meeting_prefix
 from repro.sampling.spec import SamplerSpec
 
@@ -54,7 +55,7 @@ def shipped_home(tmp_path_factory):
     (the warm-started stand-in of `tiny_home` 0%), so hardly a Seq-balance prompt would decide in round 1."""
     import pandas as pd
 
-    from repro.local.model import ensure_tiny_model
+    from repro.cpu_lm.model import ensure_tiny_model
     from repro.tasks.tiny_arith import ensure_data
 
     home = tmp_path_factory.mktemp("shipped_home")
@@ -70,8 +71,8 @@ def _step_one(method: str, root, monkeypatch) -> tuple[list[dict], list[float], 
     the rows it was told to cancel), every reward computed in order, and the step's metrics."""
     calls: list[dict] = []
     scores: list[float] = []
-    real, score = generate.sample, trainer.compute_score
-    monkeypatch.setattr(trainer, "compute_score", lambda *a: scores.append(score(*a)) or scores[-1])
+    real, score = generate.sample, responses.compute_score
+    monkeypatch.setattr(responses, "compute_score", lambda *a: scores.append(score(*a)) or scores[-1])
 
     def recording(model, prompts, **kwargs):
         told: set[int] = set()
@@ -82,7 +83,7 @@ def _step_one(method: str, root, monkeypatch) -> tuple[list[dict], list[float], 
         calls.append({"prompts": prompts, "responses": responses, "cancelled": told})
         return responses
 
-    monkeypatch.setattr(trainer, "sample", recording)
+    monkeypatch.setattr(responses, "sample", recording)
     args = ["run", "--model", "tiny-arith", "--method", method, "--steps", "1", "--batch", "32"]
     assert main([*args, "--runs-root", str(root)]) == 0
     run = root / f"tiny-arith__{method}__standard__s0"

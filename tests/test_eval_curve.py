@@ -20,8 +20,9 @@ from typer.testing import CliRunner
 from repro.commands import plot as plot_commands
 from repro.commands import table as table_commands
 from repro.report import plots, style, tables
-from repro.report.collect import collect, read_results
+from repro.report.collect import collect
 from repro.report.figures import eval_curve as eval_curve_module
+from repro.report.results_files import read_results
 from repro.report.schema import WEIGHTED_AVERAGE
 from repro.rundir import MetricsWriter, RunDir
 

@@ -10,10 +10,10 @@ import pytest
 
 from repro import arithmetic, catalog
 from repro.cli import main
+from repro.cpu_lm.model import TinyModelSpec, model_folder
 from repro.errors import ReproError
 from repro.evaluation import benchmarks as bench
 from repro.evaluation.runner import evaluate_benchmark, read_records
-from repro.local.model import TinyModelSpec, model_folder
 
 
 def test_tiny_tiers_load_with_their_sizes(tiny_env) -> None:
@@ -61,8 +61,8 @@ class CountingGenerator:
 
 
 def test_eval_resumes_without_regenerating(tiny_env, tmp_path) -> None:
-    from repro.evaluation.generation import TransformersGenerator
     from repro.evaluation.grading import Grader
+    from repro.evaluation.transformers_generator import TransformersGenerator
 
     model = model_folder(TinyModelSpec(), Path(tiny_env["REPRO_HOME"]))
     problems = bench.load("tiny-aime")[:40]
@@ -160,10 +160,10 @@ def test_data_filter_on_tiny_arith_counts_and_resumes(tiny_env, tmp_path, capsys
 def test_a_second_prompt_set_reuses_the_first_sets_pass_counts(tiny_env, tmp_path, monkeypatch) -> None:
     """The hard set after the standard set samples nothing: same model, samples and seed; the counts it
     keeps follow its own threshold. Another seed samples again."""
-    from repro.evaluation import generation
+    from repro.evaluation import backends
 
     calls: list[int] = []
-    real = generation.make_generator
+    real = backends.make_generator
 
     def counting(*args, **kwargs):
         gen = real(*args, **kwargs)
@@ -176,7 +176,7 @@ def test_a_second_prompt_set_reuses_the_first_sets_pass_counts(tiny_env, tmp_pat
         gen.generate = generate
         return gen
 
-    monkeypatch.setattr(generation, "make_generator", counting)
+    monkeypatch.setattr(backends, "make_generator", counting)
     monkeypatch.setattr(arithmetic, "usable_cores", lambda: 1)  # sampled here, not by worker processes, to count
     base = ["data", "filter", "--base-samples", "8", "--limit", "100"]
     standard, hard = tmp_path / "tiny-arith-standard", tmp_path / "tiny-arith-hard"

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from repro.cli import main
-from repro.local.model import TinyModelSpec, model_folder
+from repro.cpu_lm.model import TinyModelSpec, model_folder
 
 
 class _Unboxed:
@@ -26,7 +26,7 @@ def test_minerva_is_graded_by_the_released_toolkit_unless_asked_otherwise(tiny_e
     minerva = tmp_path / "minerva.jsonl"
     minerva.write_text("".join(json.dumps(r) + "\n" for r in rows))
     fake = _Unboxed({r["problem"]: r["answer"] for r in rows})
-    monkeypatch.setattr("repro.evaluation.generation.make_generator", lambda *_a, **_k: fake)
+    monkeypatch.setattr("repro.evaluation.backends.make_generator", lambda *_a, **_k: fake)
     model = model_folder(TinyModelSpec(), Path(tiny_env["REPRO_HOME"]))
     out = tmp_path / "eval"
     args = [

@@ -17,14 +17,10 @@ import pytest
 from chat_tokenizers import FAMILIES, build_tokenizer, model_folder
 
 from repro.evaluation.benchmarks import Problem
-from repro.evaluation.generation import (
-    TransformersGenerator,
-    VLLMGenerator,
-    prompt_token_ids,
-    sample_seed,
-    sample_seeds,
-)
+from repro.evaluation.generation import prompt_token_ids, sample_seed, sample_seeds
 from repro.evaluation.runner import evaluate_benchmark, read_records
+from repro.evaluation.transformers_generator import TransformersGenerator
+from repro.evaluation.vllm_generator import VLLMGenerator
 from repro.prompting import chat_messages, template_for
 
 PROBLEMS = [
@@ -53,7 +49,7 @@ def _transformers_prompts(monkeypatch, folder: Path, backbone: str) -> list[list
     monkeypatch.setattr(
         transformers.AutoModelForCausalLM, "from_pretrained", lambda *_a, **_k: types.SimpleNamespace(eval=lambda: None)
     )
-    monkeypatch.setattr("repro.local.generate.sample", sample)
+    monkeypatch.setattr("repro.cpu_lm.generate.sample", sample)
     generator = TransformersGenerator(folder, 8, template=template_for(backbone))
     generator.generate_seeded(PROBLEMS, [[1]] * len(PROBLEMS))
     assert len(seen) == len(PROBLEMS)
@@ -206,10 +202,10 @@ def test_vllm_requests_carry_the_runners_per_sample_seeds(fake, tmp_path) -> Non
 def test_tiny_cpu_responses_do_not_depend_on_the_chunk(tiny_env, tmp_path) -> None:
     """The transformers backend seeds each problem's batch from that problem's seeds."""
     from repro import catalog
+    from repro.cpu_lm.model import TinyModelSpec
+    from repro.cpu_lm.model import model_folder as tiny_folder
     from repro.evaluation import benchmarks as bench
     from repro.evaluation.grading import Grader
-    from repro.local.model import TinyModelSpec
-    from repro.local.model import model_folder as tiny_folder
 
     model = tiny_folder(TinyModelSpec(), Path(tiny_env["REPRO_HOME"]))
     generator = TransformersGenerator(model, 16, template=catalog.prompt_template("tiny"))

@@ -194,7 +194,8 @@ def test_the_fake_vllm_refuses_a_long_context_as_vllm_does(fake_vllm, tmp_path, 
 
 
 def test_vllm_gets_the_released_max_model_len_and_a_4k_model_its_positions_raised(fake_vllm, tmp_path) -> None:
-    from repro.evaluation.generation import VLLMGenerator, vllm_device, vllm_engine_args
+    from repro.evaluation.vllm_engine import vllm_device, vllm_engine_args
+    from repro.evaluation.vllm_generator import VLLMGenerator
     from repro.prompting import template_for
 
     assert bench.generation_setting("max_model_len") == 8192
@@ -234,7 +235,7 @@ def test_vllm_gets_the_released_max_model_len_and_a_4k_model_its_positions_raise
 
 
 def test_vllm_leaves_a_long_context_model_as_it_is(fake_vllm, tmp_path) -> None:
-    from repro.evaluation.generation import VLLMGenerator
+    from repro.evaluation.vllm_generator import VLLMGenerator
 
     model = _model(tmp_path, 262144, "qwen3-4b-instruct")  # Qwen3-4B-Instruct-2507
     VLLMGenerator(model)
@@ -246,7 +247,7 @@ def test_vllm_leaves_a_long_context_model_as_it_is(fake_vllm, tmp_path) -> None:
 def test_vllm_context_grows_with_max_new_tokens_and_the_longest_prompt(fake_vllm, tmp_path) -> None:
     """max_model_len = max(released 8192, longest prompt + --max-new-tokens); positions follow."""
     from repro.errors import ReproError
-    from repro.evaluation.generation import VLLMGenerator
+    from repro.evaluation.vllm_generator import VLLMGenerator
     from repro.prompting import template_for
 
     template = template_for("qwen2.5-math-1.5b")

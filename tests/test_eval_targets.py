@@ -75,7 +75,7 @@ def test_the_cpu_backend_evaluates_a_verl_checkpoint_in_fp32(tiny_env, tmp_path)
     trainer and the CPU rollout server do, not what the config says."""
     import torch
 
-    from repro.evaluation.generation import TransformersGenerator
+    from repro.evaluation.transformers_generator import TransformersGenerator
 
     model = tmp_path / "verl-style"
     shutil.copytree(_model(Path(tiny_env["REPRO_HOME"])), model)

@@ -10,8 +10,8 @@ import pytest
 from cli_errors import one_error
 
 from repro.cli import main
+from repro.cpu_lm.model import TinyModelSpec, model_folder
 from repro.evaluation.runner import MODEL_EVALS, model_eval_dir
-from repro.local.model import TinyModelSpec, model_folder
 
 
 class _Boxed:
@@ -29,7 +29,7 @@ def _write(path: Path, count: int) -> Path:
 
 @pytest.fixture
 def model(tiny_env, monkeypatch) -> Path:
-    monkeypatch.setattr("repro.evaluation.generation.make_generator", lambda *_a, **_k: _Boxed())
+    monkeypatch.setattr("repro.evaluation.backends.make_generator", lambda *_a, **_k: _Boxed())
     return model_folder(TinyModelSpec(), Path(tiny_env["REPRO_HOME"]))
 
 

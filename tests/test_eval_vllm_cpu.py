@@ -17,7 +17,7 @@ from verl_slots import verl_slots
 
 from repro import catalog, vllm_cpu
 from repro.errors import ReproError
-from repro.evaluation import generation, shards
+from repro.evaluation import shards, vllm_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ def test_the_catalog_gives_a_cpu_engine_fp32_and_a_gpu_engine_bf16_each_with_a_s
     assert cpu["enforce_eager"].value is True and cpu["enable_chunked_prefill"].value is False
     assert set(gpu) == {"dtype"}  # the GPU engine keeps vLLM's defaults otherwise
     assert all(setting.source for setting in [*cpu.values(), *gpu.values()])
-    assert generation.vllm_engine_args("cpu") == {
+    assert vllm_engine.vllm_engine_args("cpu") == {
         "dtype": "float32",
         "enforce_eager": True,
         "enable_chunked_prefill": False,
@@ -50,7 +50,7 @@ def test_the_catalog_gives_a_cpu_engine_fp32_and_a_gpu_engine_bf16_each_with_a_s
 
 
 def test_a_cpu_engine_starts_under_its_env_which_is_gone_afterwards(monkeypatch) -> None:
-    for name in (vllm_cpu.KVCACHE_ENV, vllm_cpu.RESERVED_CPU_ENV, generation.EngineErrorLog.CONFIG_ENV):
+    for name in (vllm_cpu.KVCACHE_ENV, vllm_cpu.RESERVED_CPU_ENV, vllm_engine.EngineErrorLog.CONFIG_ENV):
         monkeypatch.delenv(name, raising=False)
     seen: dict[str, str | None] = {}
 
@@ -58,23 +58,23 @@ def test_a_cpu_engine_starts_under_its_env_which_is_gone_afterwards(monkeypatch)
         def __init__(self, **kwargs) -> None:
             seen.update({name: os.environ.get(name) for name in (vllm_cpu.KVCACHE_ENV, vllm_cpu.RESERVED_CPU_ENV)})
 
-    generation.start_engine(Engine, {}, "cpu", generation.EngineErrorLog())
+    vllm_engine.start_engine(Engine, {}, "cpu", vllm_engine.EngineErrorLog())
     assert seen[vllm_cpu.RESERVED_CPU_ENV] == "0" and int(seen[vllm_cpu.KVCACHE_ENV] or 0) >= vllm_cpu.KV_FLOOR_GIB
     assert vllm_cpu.KVCACHE_ENV not in os.environ and vllm_cpu.RESERVED_CPU_ENV not in os.environ
     monkeypatch.setenv(vllm_cpu.KVCACHE_ENV, "3")  # the user's value wins, and stays
-    generation.start_engine(Engine, {}, "cpu", generation.EngineErrorLog())
+    vllm_engine.start_engine(Engine, {}, "cpu", vllm_engine.EngineErrorLog())
     assert seen[vllm_cpu.KVCACHE_ENV] == "3" and os.environ[vllm_cpu.KVCACHE_ENV] == "3"
-    generation.start_engine(Engine, {}, "gpu", generation.EngineErrorLog())
+    vllm_engine.start_engine(Engine, {}, "gpu", vllm_engine.EngineErrorLog())
     assert seen[vllm_cpu.RESERVED_CPU_ENV] is None  # a GPU engine gets nothing of the CPU build's
 
 
 def test_an_engine_that_only_logged_its_failure_is_one_line_with_the_logged_cause() -> None:
-    assert generation.root_cause(KV_LOG).startswith("ValueError: Available memory on node 0 (10.1 GiB)")
+    assert vllm_engine.root_cause(KV_LOG).startswith("ValueError: Available memory on node 0 (10.1 GiB)")
     exc = RuntimeError("Engine core initialization failed. See root cause above. Failed core proc(s): {}")
-    message = generation.engine_failure(exc, "cpu", log_text=KV_LOG)
+    message = vllm_engine.engine_failure(exc, "cpu", log_text=KV_LOG)
     assert message.startswith("vLLM's CPU engine could not start: ValueError: Available memory on node 0")
     assert "VLLM_CPU_KVCACHE_SPACE" in message and "\n" not in message
-    own = generation.engine_failure(ValueError("bad things\nhead size 12 is not supported"), "gpu")
+    own = vllm_engine.engine_failure(ValueError("bad things\nhead size 12 is not supported"), "gpu")
     assert own == "vLLM's engine could not start: ValueError: head size 12 is not supported"
 
 
@@ -82,7 +82,7 @@ def test_a_failed_engine_start_is_not_blamed_on_the_model_folder(monkeypatch, tm
     import fake_vllm
     from chat_tokenizers import model_folder
 
-    from repro.commands.evaluate import _load
+    from repro.commands.evaluate_processes import _load
     from repro.prompting import template_for
 
     fake_vllm.install(monkeypatch)
@@ -102,8 +102,8 @@ def test_a_failed_engine_start_is_not_blamed_on_the_model_folder(monkeypatch, tm
 def test_a_cpu_head_size_vllm_refuses_is_refused_before_the_engine_starts(monkeypatch) -> None:
     pytest.importorskip("vllm.v1.attention.backends.cpu_attn")
     with pytest.raises(ReproError, match=r"head size 16 .* use --backend transformers"):
-        generation.check_cpu_head_size({"hidden_size": 64, "num_attention_heads": 4}, "tiny")
-    generation.check_cpu_head_size({"hidden_size": 64, "num_attention_heads": 2}, "tiny")  # 32: taken
+        vllm_engine.check_cpu_head_size({"hidden_size": 64, "num_attention_heads": 4}, "tiny")
+    vllm_engine.check_cpu_head_size({"hidden_size": 64, "num_attention_heads": 2}, "tiny")  # 32: taken
 
 
 def test_cpu_vllm_shards_each_bind_their_engine_to_their_own_cores(monkeypatch) -> None:
@@ -178,7 +178,7 @@ def test_vllm_and_transformers_records_agree_in_distribution(tiny_home, tmp_path
     wide: sampling at a wrong temperature, top-k or top-p, or the wrong prompt, moves them far past this."""
     monkeypatch.setenv("REPRO_HOME", str(tiny_home))
     from repro.cli import main
-    from repro.local.model import TinyModelSpec, model_folder
+    from repro.cpu_lm.model import TinyModelSpec, model_folder
 
     model = model_folder(TinyModelSpec(), tiny_home)
     argv = ["eval", str(model), "--benchmarks", "tiny-math500", "--first-problems", str(PROBLEMS)]

@@ -3,9 +3,9 @@ same order, as the calls made one by one in this process (each call has its own 
 
 from __future__ import annotations
 
-from repro.evaluation.generation import TransformersGenerator
+from repro.cpu_lm.model import TinyModelSpec, model_folder
 from repro.evaluation.generator_pool import GeneratorPool
-from repro.local.model import TinyModelSpec, model_folder
+from repro.evaluation.transformers_generator import TransformersGenerator
 
 
 def test_two_workers_give_the_bits_of_one_process(tiny_home) -> None:

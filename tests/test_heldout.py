@@ -93,8 +93,8 @@ def test_heldout_accuracy_matches_the_eval_generator_and_grader_on_the_checkpoin
     """Recomputed with `repro eval`'s pieces: its benchmark loader, TransformersGenerator on the saved
     checkpoint of the last step, and the Grader in the tiers' grading mode (worker process, "reward")."""
     from repro.evaluation.benchmarks import load
-    from repro.evaluation.generation import TransformersGenerator
     from repro.evaluation.grading import Grader, benchmark_grading
+    from repro.evaluation.transformers_generator import TransformersGenerator
     from repro.prompting import template_for
     from repro.tasks import tiny_arith
 
@@ -127,7 +127,8 @@ def test_heldout_accuracy_matches_the_eval_generator_and_grader_on_the_checkpoin
 
 
 def test_collect_puts_heldout_accuracy_in_the_training_table(runs, tmp_path):
-    from repro.report.collect import collect, read_results
+    from repro.report.collect import collect
+    from repro.report.results_files import read_results
 
     collect(runs, tmp_path / "results")
     training = read_results(tmp_path / "results")["training"]

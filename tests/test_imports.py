@@ -41,14 +41,7 @@ LAYERS_HEADING = "### Layers"
 # to; a new upward import moves the shared piece down a layer instead. Issue 37 took six away: cells are planned
 # and checked above the launchers (repro/cell_plan.py, repro/sweep_submit.py), a VerlRun carries its node check,
 # and the checkpoint retention is the run folder's (repro/rundir/retention.py).
-KNOWN_UPWARD = (
-    # the attempt wrapper falls back from flash-attn to sdpa when the node cannot import it
-    ("repro.launch.attempt", "repro.stack_check"),
-    # evaluation's tiny-model backend and weights reach into the CPU engine (repro.local)
-    ("repro.evaluation.generation", "repro.local.generate"),
-    ("repro.evaluation.generation", "repro.local.model"),
-    ("repro.evaluation.runner", "repro.local.weights"),
-)
+KNOWN_UPWARD: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ import pandas as pd
 import pytest
 
 from repro.errors import ReproError
-from repro.report.collect import collect, read_results
+from repro.report.collect import collect
 from repro.report.equal_tokens import seed_pairs
 from repro.report.figures.ave_tokens import ave_vs_tokens, method_curve
+from repro.report.results_files import read_results
 from repro.rundir import MetricsWriter, RunDir
 from repro.sampling.metrics import GENERATED
 from repro.sweep import load_sweep

@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from repro.report import matched
-from repro.report.collect import GENERATED, GENERATED_CUMULATIVE, _cumulative_tokens
-from repro.report.schema import HELDOUT, WEIGHTED_AVERAGE
+from repro.report.collect_training import _cumulative_tokens
+from repro.report.schema import GENERATED_CUMULATIVE, HELDOUT, WEIGHTED_AVERAGE
+from repro.sampling.metrics import GENERATED
 
 
 def _tables() -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -29,7 +29,8 @@ TINY_GRID = {"tiny-arith": [*TINY_METHODS, "dapo", "seq-pos"]}
 
 @pytest.fixture(scope="module")
 def results(tiny_runs, tmp_path_factory):
-    from repro.report.collect import collect, read_results
+    from repro.report.collect import collect
+    from repro.report.results_files import read_results
 
     folder = tmp_path_factory.mktemp("results")
     collect(tiny_runs, folder)

@@ -173,18 +173,3 @@ def test_greso_skips_a_known_prompt_with_the_authors_probability_drawn_from_the_
     # and with those draws the skip chances are the authors': 1 - 0.6^3 (easy), 1 - 0.7^2 (hard)
     assert greso.skip_probabilities([1.0] * 3, 0.6, 0.7)[0] == pytest.approx(1 - 0.6**3)
     assert greso.skip_probabilities([0.0] * 2, 0.6, 0.7)[1] == pytest.approx(1 - 0.7**2)
-
-
-def test_the_flat_spec_and_the_literatures_settings_agree_on_every_default() -> None:
-    """The bench families' defaults stand twice, in their typed settings (the authors' values, with sources)
-    and in the flat spec a run stores; this keeps the two from drifting apart."""
-    from dataclasses import MISSING, fields
-
-    from repro.sampling.settings import GresoSettings, PodsSettings
-
-    spec = SamplerSpec(kind="uniform")
-    for cls in (PodsSettings, KnapsackSettings, GresoSettings):
-        own = {f.name: f.default for f in fields(cls) if f.name not in ("n", "positive_threshold", "epsilon")}
-        assert own and all(default is not MISSING for default in own.values()), cls
-        for name, default in own.items():
-            assert getattr(spec, cls.spec_fields()[name]) == default, (cls.kind, name)

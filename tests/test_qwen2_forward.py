@@ -1,4 +1,4 @@
-"""repro.local.qwen2_forward computes transformers' forward: with torch's own products (`LINEAR = F.linear`) its
+"""repro.cpu_lm.qwen2_forward computes transformers' forward: with torch's own products (`LINEAR = F.linear`) its
 bits, in the prefill, decoding with a cache, after rows are dropped, the update's forward and its gradients, and
 so the sampler's tokens, on small random Qwen2 and Llama models; with OpenBLAS's products (the trainer's) the same
 values within float32 rounding (the tests named *openblas*)."""
@@ -9,9 +9,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from repro.local import generate, qwen2_forward
-from repro.local.generate import left_pad, make_batch, positions, response_logprobs
-from repro.local.qwen2_forward import FORCE_TRANSFORMERS_ENV, CompactForward, compact_forward
+from repro.cpu_lm import generate, qwen2_forward
+from repro.cpu_lm.generate import left_pad, make_batch, positions, response_logprobs
+from repro.cpu_lm.qwen2_forward import FORCE_TRANSFORMERS_ENV, CompactForward, compact_forward
 
 VOCAB, PAD, EOS = 40, 0, 2
 

@@ -18,7 +18,7 @@ import pytest
 
 from repro import catalog
 from repro.catalog import CatalogError
-from repro.catalog.readers import _parse_checkpoints
+from repro.catalog.grid_readers import _parse_checkpoints
 from repro.cli import main
 from repro.errors import ReproError
 from repro.evaluation.runner import MODEL_EVAL_MARKER, read_records, targets
@@ -226,7 +226,7 @@ def _csv_table(results: Path, capsys, *extra: str) -> pd.DataFrame:
 
 
 def test_eval_a_released_checkpoint_by_name_then_collect_and_table(tiny_env, tmp_path, capsys) -> None:
-    from repro.local.model import ensure_tiny_model
+    from repro.cpu_lm.model import ensure_tiny_model
 
     weights = ensure_tiny_model()  # the suite's tiny model stands in for the Hub download
     runs = tmp_path / "runs"
@@ -308,7 +308,7 @@ def test_a_base_model_by_name_sits_first_beside_trained_runs(tiny_env, tiny_runs
 
 
 def test_a_folder_of_another_models_records_is_refused(tiny_env, tmp_path, capsys) -> None:
-    from repro.local.model import ensure_tiny_model
+    from repro.cpu_lm.model import ensure_tiny_model
 
     runs = tmp_path / "runs"
     folder = runs / "qwen2.5-math-7b"

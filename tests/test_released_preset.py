@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from repro import catalog
 from repro.catalog import CatalogError
-from repro.catalog.readers import _parse_released_scripts
+from repro.catalog.run_readers import _parse_released_scripts
 from repro.cell import resolve_cell
 from repro.cli import main
 from repro.verl_plugin.config_builder import (
@@ -179,7 +179,7 @@ def _check_row(run: tuple[list[str], Any, str], kind: str, script: str, key: str
     assert line in overrides, f"{line} missing from the override list"
     got = OmegaConf.select(cfg, key.lstrip("+"))
     assert got == value and type(got) is type(value), f"verl composed {key}={got!r}, the script sets {value!r}"
-    source = catalog.released_script(kind).applied("qwen2.5-math-1.5b")[key].source
+    source = catalog.released_script(kind).applied(catalog.get_backbone("qwen2.5-math-1.5b"))[key].source
     assert source.startswith(script) and fragment in source, f"{key}: catalog source {source!r}"
     assert f"#   {line}  <- {source}" in dry.splitlines(), f"the dry run does not show {line} with its source"
 
@@ -289,7 +289,7 @@ def test_dapo_and_cpu_backbones_take_no_script_values() -> None:
 def test_shared_released_hyperparameters_agree_with_both_scripts() -> None:
     h = catalog.hyperparameters()
     for kind in ("seq", "uniform"):
-        applied = catalog.released_script(kind).applied("qwen2.5-math-1.5b")
+        applied = catalog.released_script(kind).applied(catalog.get_backbone("qwen2.5-math-1.5b"))
         assert applied["actor_rollout_ref.actor.entropy_coeff"].value == h["entropy_coeff"].released == 0
         assert applied["trainer.total_training_steps"].value == h["total_training_steps"].released == 400
 

@@ -185,7 +185,7 @@ def _results(folder: Path, eval_df: pd.DataFrame, training_df: pd.DataFrame | No
 
 def _base_rows(value: float) -> list[dict]:
     """The base model as `repro collect` records it: method "base model", prompt set "none", origin base."""
-    from repro.report.collect import BASE_MODEL_LABEL, NO_PROMPT_SET
+    from repro.report.schema import BASE_MODEL_LABEL, NO_PROMPT_SET
 
     rows = _rows(TINY, BASE_MODEL_LABEL, 0, value, prompt_set=NO_PROMPT_SET)
     return [{**r, "run": TINY, "origin": "base", "model": TINY} for r in rows]

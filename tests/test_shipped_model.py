@@ -1,4 +1,4 @@
-"""The tiny-arith model the project ships (repro/local/shipped): it is the current version's and spec's, so a
+"""The tiny-arith model the project ships (repro/cpu_lm/shipped): it is the current version's and spec's, so a
 fresh checkout uses the bytes the builder would write instead of spending its build, and only for that spec."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import hashlib
 import json
 from dataclasses import asdict
 
-from repro.local import model as tiny
+from repro.cpu_lm import model as tiny
 
 
 def test_the_shipped_model_is_this_versions_default_and_a_fresh_home_gets_its_bytes(tmp_path, monkeypatch) -> None:

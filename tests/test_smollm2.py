@@ -11,8 +11,8 @@ import pytest
 
 from repro import catalog
 from repro.cli import main
+from repro.cpu_lm import registry_model
 from repro.errors import ReproError
-from repro.local import registry_model
 
 KEY = "smollm2-135m-instruct"
 
@@ -98,7 +98,7 @@ def test_both_eval_backends_send_the_real_tokenizers_ids_with_one_start_token(sm
     import fake_vllm
     from test_eval_prompt_ids import PROBLEMS, _transformers_prompts
 
-    from repro.evaluation.generation import VLLMGenerator
+    from repro.evaluation.vllm_generator import VLLMGenerator
     from repro.prompting import chat_messages, template_for
 
     monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", raising=False)

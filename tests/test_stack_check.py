@@ -16,12 +16,11 @@ import pytest
 from repro import catalog
 from repro.errors import ReproError
 from repro.launch import allocation_end as ae
+from repro.launch.attention import ATTENTION_KEY, attention_fallback
 from repro.node_check import node_check_argv
 from repro.stack_check import (
-    ATTENTION_KEY,
     CellNeeds,
     Check,
-    attention_fallback,
     disk_check,
     driver_check,
     nvml_driver_version,

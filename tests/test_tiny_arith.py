@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from repro import catalog
-from repro.local.model import TinyModelSpec, model_folder
+from repro.cpu_lm.model import TinyModelSpec, model_folder
 from repro.reward import compute_score, last_boxed
 from repro.tasks import tiny_arith as ta
 
@@ -93,7 +93,7 @@ def test_reward_uses_math_equivalence_and_never_raises() -> None:
 def test_tokenizer_round_trip_and_reload(tmp_path) -> None:
     from transformers import AutoTokenizer, Qwen2Config
 
-    from repro.local.tokenizer import CHARS, build_tokenizer
+    from repro.cpu_lm.tokenizer import CHARS, build_tokenizer
 
     tok = build_tokenizer()
     text = "What is 37 minus 45?\n\\boxed{-8} " + CHARS
@@ -121,8 +121,8 @@ def test_model_folder_loads_with_auto_classes(tiny_home) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from repro.local.generate import sample
-    from repro.local.model import prompt_ids
+    from repro.cpu_lm.generate import sample
+    from repro.cpu_lm.model import prompt_ids
 
     folder = model_folder(TinyModelSpec(), tiny_home)
     assert (folder / "COMPLETE").exists()

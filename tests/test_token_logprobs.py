@@ -1,4 +1,4 @@
-"""repro.local.generate.token_logprobs is verl's logprobs_from_logits on CPU float32, bit for bit, forward and
+"""repro.cpu_lm.generate.token_logprobs is verl's logprobs_from_logits on CPU float32, bit for bit, forward and
 backward: the vectorised logsumexp adds each row's terms in the order verl's per-row loop does."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 from verl.utils.torch_functional import logprobs_from_logits
 
-from repro.local.generate import token_logprobs
+from repro.cpu_lm.generate import token_logprobs
 
 
 @pytest.mark.parametrize("shape", [(7, 5, 84), (64, 13, 84), (3, 1, 49152), (1, 9, 40)])

@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from repro.local.tokenizer import build_tokenizer
+from repro.cpu_lm.tokenizer import build_tokenizer
 from repro.reward import compute_score
 from repro.sampling import DapoCapExceeded, SamplerSpec, StepSampler, run_step_sync
 from repro.verl_plugin.ada_loop import make_generate, run_adaptive_step

@@ -234,7 +234,7 @@ def test_a_running_engine_stops_requests_at_the_context(tmp_path, tokenizer) -> 
     vLLM: the tokens it generates (EOS ignored) or its refusal, as `verify_vllm_request` says."""
     from vllm import LLM, SamplingParams
 
-    from repro.local.model import TinyModelSpec, new_model
+    from repro.cpu_lm.model import TinyModelSpec, new_model
 
     folder = tmp_path / "tiny"
     tokenizer.save_pretrained(folder)

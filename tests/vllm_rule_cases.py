@@ -38,7 +38,7 @@ LLAMA_3_2 = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "max_
 # Qwen/Qwen3-4B-Instruct-2507
 QWEN3_4B = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "max_position_embeddings": 262144,
             "rope_theta": 5000000.0}  # fmt: skip
-# tiny-arith's model (repro/local/model.py: a Qwen2 of 64 positions), the CPU rollout server's
+# tiny-arith's model (repro/cpu_lm/model.py: a Qwen2 of 64 positions), the CPU rollout server's
 TINY = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "max_position_embeddings": 64}
 # tests/chat_tokenizers.py `model_folder(..., "qwen2.5-math-1.5b", 4096)`: what the evaluation tests load
 EVAL_FOLDER = {"model_type": "qwen2", "max_position_embeddings": 4096, "vocab_size": 259}

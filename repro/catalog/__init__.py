@@ -2,9 +2,9 @@
 
 The numbers live in the YAML files next to this module, each with the source it was taken from, so a
 reader can check a value against the paper without reading code, and a change of value is a one-line
-data edit. The package only loads and validates them (readers.py, into the types of records.py; this
-module hands them out): a malformed file fails on first use with one line naming the file and entry,
-never later inside a run.
+data edit. The package only loads and validates them (grid_readers.py and run_readers.py, into the types of
+records.py; this module hands them out): a malformed file fails on first use with one line naming the file
+and entry, never later inside a run.
 """
 
 from __future__ import annotations
@@ -13,22 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from repro.catalog.readers import (
-    _async_schedule,
-    _backbones,
-    _benchmarks,
-    _checkpoints,
-    _cpu_resources,
-    _cpu_scaling,
-    _gpu_node,
-    _gpu_resources,
-    _hyperparameters,
-    _methods,
-    _prompt_sets,
-    _prompt_templates,
-    _released_scripts,
-    _vllm_engine,
-)
+from repro.catalog.grid_readers import _backbones, _benchmarks, _checkpoints, _methods, _prompt_sets, _prompt_templates
 from repro.catalog.records import (
     Backbone,
     Benchmark,
@@ -42,6 +27,16 @@ from repro.catalog.records import (
     Setting,
 )
 from repro.catalog.records import Settings as Settings
+from repro.catalog.run_readers import (
+    _async_schedule,
+    _cpu_resources,
+    _cpu_scaling,
+    _gpu_node,
+    _gpu_resources,
+    _hyperparameters,
+    _released_scripts,
+    _vllm_engine,
+)
 from repro.errors import ReproError, unknown_name
 
 __all__ = [

@@ -1,9 +1,9 @@
 """The catalog's record types, apart from the YAML that fills them.
 
 A caller reads a Backbone or a Method through its properties and never sees a file's layout, so the types
-stand on their own here and both the readers (readers.py) and the accessors (the package) build on them.
-The sampler settings' type rules sit here too: Method.sampler_spec applies them to a user's overrides as
-the readers apply them to methods.yaml, and one copy keeps the two from drifting apart.
+stand on their own here and both the readers (grid_readers.py, run_readers.py) and the accessors (the
+package) build on them. The sampler settings' type rules sit here too: Method.sampler_spec applies them to a
+user's overrides as the readers apply them to methods.yaml, and one copy keeps the two from drifting apart.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class Backbone:
 
     @property
     def build(self) -> dict | None:
-        """How a backbone without a Hub id is built from the package registry (`repro.local.registry_model`):
+        """How a backbone without a Hub id is built from the package registry (`repro.cpu_lm.registry_model`):
         wheel, its sha256, the GGUF member, dtype and the special tokens to set; None for the others."""
         setting = self.settings.get("build")
         return None if setting is None else dict(setting.value)
@@ -306,9 +306,9 @@ class ReleasedScript:
     resources: Settings
     not_passed: Settings
 
-    def applied(self, backbone: str) -> dict[str, Setting]:
+    def applied(self, backbone: Backbone) -> dict[str, Setting]:
         """The verl overrides this script gives a cell of `backbone`, each with its source."""
-        return {**self.overrides, **(self.resources if backbone == self.backbone else {})}
+        return {**self.overrides, **(self.resources if backbone.key == self.backbone else {})}
 
 
 # ----------------------------------------------------------------------------------- sampler settings

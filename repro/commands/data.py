@@ -76,7 +76,7 @@ def filter_cmd(
     from repro.arithmetic import usable_cores
     from repro.data import filter as flt
     from repro.data.candidates import load_candidates
-    from repro.evaluation.generation import make_generator
+    from repro.evaluation.backends import make_generator
     from repro.evaluation.generator_pool import GeneratorPool
     from repro.paths import repro_home
     from repro.prompting import template_for
@@ -92,7 +92,7 @@ def filter_cmd(
     source = source or backbone.task or "openr1"
     name = prompt_set_for(pass_rate)
     out_dir = out or repro_home() / "data" / f"{model}-{name}"
-    template = template_for(model)
+    template = template_for(backbone)
     started = time.perf_counter()
     rows, prefiltered = load_candidates(source, input_file, template)
     stages = {"loaded": len(rows)}
@@ -182,6 +182,6 @@ def _model_identity(model: str, model_path: Path) -> str:
 
 def _model_path(model: str, backbone) -> Path:
     """The weights the filter samples (a seam the tests replace with a local model)."""
-    from repro.local.weights import backbone_weights
+    from repro.cpu_lm.weights import backbone_weights
 
     return Path(backbone_weights(backbone))

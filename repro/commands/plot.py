@@ -46,7 +46,7 @@ def _table(results: Path, name: str) -> pd.DataFrame:
     """One table of results/; a missing folder or table is the user's to fix (run `repro collect`)."""
     if not results.is_dir():
         raise ReproError(f"no results in {results}; run `repro collect` first")
-    from repro.report.collect import read_results
+    from repro.report.results_files import read_results
 
     return read_results(results)[name]
 
@@ -234,9 +234,9 @@ def ave_tokens_cmd(results: ResultsOpt = Path(DEFAULT_RESULTS), out: OutOpt = No
 
       repro plot ave-tokens --out figs/ave-tokens
     """
-    from repro.report.collect import read_results
+    from repro.report.equal_tokens import equal_token_comparisons
     from repro.report.figures.ave_tokens import ave_vs_tokens
-    from repro.report.report import equal_token_comparisons
+    from repro.report.results_files import read_results
 
     if not results.is_dir():
         raise ReproError(f"no results in {results}; run `repro collect` first")

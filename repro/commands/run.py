@@ -256,10 +256,10 @@ def _train(
     loggers: tuple[str, ...],
     extend: Path | None = None,
 ) -> None:
+    from repro.cpu_lm.weights import ensure_built
     from repro.launch.allocations import STOPPED_EXIT, clear_stale_request, discard_request, stop_reason
     from repro.launch.attempt import allocation_from_env, launcher_from_env
     from repro.local.trainer import CpuTrainer, StopRequested
-    from repro.local.weights import ensure_built
     from repro.tasks.tiny_arith import ensure_data
 
     err = stderr_console()
@@ -405,7 +405,7 @@ def _run_verl(
         if fetch_all([model_path_of(spec.overrides) or ""], lambda line: stderr_console().print(line)):
             spec = plan()  # downloaded now: the cell points at the local snapshot, checked again
             cfg, report = verify_cell(spec, cell, sets=sets)
-    fetch_hub_inputs(spec, model, lambda line: stderr_console().print(line))
+    fetch_hub_inputs(spec, cell.backbone, lambda line: stderr_console().print(line))
     for needed in spec.data_files:
         if not needed.exists():
             raise ReproError(
@@ -424,7 +424,7 @@ def _run_verl(
 def _prepare_cpu_inputs(cell: ResolvedCell) -> None:
     """A CPU rehearsal builds its model (unless `--model-path` gives one) and data on first use, as the
     local engine does."""
-    from repro.local.weights import ensure_built
+    from repro.cpu_lm.weights import ensure_built
     from repro.tasks.tiny_arith import ensure_data
 
     ensure_data(0, backbone=cell.backbone.key)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +13,7 @@ from rich.table import Table
 from repro import catalog
 from repro.arithmetic import usable_cores
 from repro.atomic import write_text
+from repro.commands.options import option_groups
 from repro.console import progress_bar, stderr_console, stdout_console
 from repro.errors import ReproError
 from repro.simulate import pass_rates as pr
@@ -50,22 +52,34 @@ JobsOpt = Annotated[
         "The numbers do not depend on it.",
     ),
 ]
+MethodsOpt = Annotated[str, typer.Option("--methods", help="Comma-separated method keys, or 'all'.")]
+BatchOpt = Annotated[int, typer.Option("--batch", min=1, help="Prompts per step.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Also write the JSON document to this file (atomically).")]
 
 
-def _rates(
-    pass_at_1: float, pass_at_k: float, k: int, alpha: float | None, beta: float | None, path: Path | None
-) -> pr.PassRates:
-    if path is not None:
-        if alpha is not None or beta is not None:
-            raise ReproError("give either --pass-rates or --alpha/--beta, not both")
-        return pr.from_file(path)
-    if (alpha is None) != (beta is None):
-        raise ReproError("--alpha and --beta go together; give both")
-    if alpha is not None:
-        return pr.from_beta(alpha, beta)
-    return pr.from_pass_at_k(pass_at_1, pass_at_k, k)
+@dataclass(frozen=True)
+class PassRateOptions:
+    """The options that choose the prompts' pass rates, which every `repro simulate` command takes (in its
+    signature as one parameter of this type: `option_groups`)."""
+
+    pass_at_1: PassAt1 = PAPER_PASS_AT_1
+    pass_at_k: PassAtK = PAPER_PASS_AT_K
+    k: KOpt = PAPER_K
+    alpha: AlphaOpt = None
+    beta: BetaOpt = None
+    pass_rates: FileOpt = None
+
+    def resolve(self) -> pr.PassRates:
+        if self.pass_rates is not None:
+            if self.alpha is not None or self.beta is not None:
+                raise ReproError("give either --pass-rates or --alpha/--beta, not both")
+            return pr.from_file(self.pass_rates)
+        if (self.alpha is None) != (self.beta is None):
+            raise ReproError("--alpha and --beta go together; give both")
+        if self.alpha is not None:
+            return pr.from_beta(self.alpha, self.beta)
+        return pr.from_pass_at_k(self.pass_at_1, self.pass_at_k, self.k)
 
 
 _PARALLEL_FROM = 4096  # steps x batch below which worker processes cost more than they save
@@ -118,16 +132,13 @@ def _pair(mc: float | None, exact: float | None, digits: int = 3) -> str:
 
 
 @app.command("sampling")
+@option_groups
 def sampling(
-    methods: Annotated[str, typer.Option("--methods", help="Comma-separated method keys, or 'all'.")] = "all",
-    pass_at_1: PassAt1 = PAPER_PASS_AT_1,
-    pass_at_k: PassAtK = PAPER_PASS_AT_K,
-    k: KOpt = PAPER_K,
-    alpha: AlphaOpt = None,
-    beta: BetaOpt = None,
-    pass_rates: FileOpt = None,
+    *,
+    methods: MethodsOpt = "all",
+    rate_options: PassRateOptions,
     steps: Annotated[int, typer.Option("--steps", min=1, help="Training steps to simulate.")] = 600,
-    batch: Annotated[int, typer.Option("--batch", min=1, help="Prompts per step.")] = 512,
+    batch: BatchOpt = 512,
     dataset_size: Annotated[
         int,
         typer.Option("--dataset-size", min=1, help="Prompts in the simulated training set (Beta sources)."),
@@ -154,7 +165,7 @@ def sampling(
     """
     import numpy as np
 
-    rates = _rates(pass_at_1, pass_at_k, k, alpha, beta, pass_rates)
+    rates = rate_options.resolve()
     dataset = rates.dataset(dataset_size, np.random.default_rng(seed))
     kwargs = {"pass_rates": dataset, "steps": steps, "batch": batch, "seed": seed}
     results = _each_method(methods, seed, steps, simulate_method, kwargs, jobs, share_streams=False)
@@ -191,13 +202,10 @@ def sampling(
 
 
 @app.command("signal-loss")
+@option_groups
 def signal_loss_cmd(
-    pass_at_1: PassAt1 = PAPER_PASS_AT_1,
-    pass_at_k: PassAtK = PAPER_PASS_AT_K,
-    k: KOpt = PAPER_K,
-    alpha: AlphaOpt = None,
-    beta: BetaOpt = None,
-    pass_rates: FileOpt = None,
+    *,
+    rate_options: PassRateOptions,
     max_n: Annotated[int | None, typer.Option("--max-n", min=1, help="Largest group size (default: --k).")] = None,
     show: Annotated[
         str | None,
@@ -221,8 +229,8 @@ def signal_loss_cmd(
 
       repro simulate signal-loss --json
     """
-    rates = _rates(pass_at_1, pass_at_k, k, alpha, beta, pass_rates)
-    top = max_n or k
+    rates = rate_options.resolve()
+    top = max_n or rate_options.k
     result = signal_loss(rates, top, mc_prompts, seed)
     all_rows = rows = result.rows()
     if show:
@@ -258,16 +266,13 @@ PAPER_RATIOS_1_5B = {"seq-pos": 2.2, "seq-balance": 2.8, "est": 1.3}
 
 
 @app.command("cost")
+@option_groups
 def cost(
-    methods: Annotated[str, typer.Option("--methods", help="Comma-separated method keys, or 'all'.")] = "all",
-    pass_at_1: PassAt1 = PAPER_PASS_AT_1,
-    pass_at_k: PassAtK = PAPER_PASS_AT_K,
-    k: KOpt = PAPER_K,
-    alpha: AlphaOpt = None,
-    beta: BetaOpt = None,
-    pass_rates: FileOpt = None,
+    *,
+    methods: MethodsOpt = "all",
+    rate_options: PassRateOptions,
     steps: Annotated[int, typer.Option("--steps", min=1, help="Steps to average over.")] = 4,
-    batch: Annotated[int, typer.Option("--batch", min=1, help="Prompts per step.")] = 512,
+    batch: BatchOpt = 512,
     dataset_size: Annotated[int, typer.Option("--dataset-size", min=1, help="Prompts in the training set.")] = 16384,
     replicas: Annotated[int, typer.Option("--replicas", min=1, help="Inference servers (vLLM replicas).")] = 8,
     capacity: Annotated[int, typer.Option("--capacity", min=1, help="Sequences a server decodes at once.")] = 256,
@@ -352,7 +357,7 @@ def cost(
 
     if train_steps is None:
         train_steps = int(catalog.hyperparameters()["total_training_steps"].value)
-    rates = _rates(pass_at_1, pass_at_k, k, alpha, beta, pass_rates)
+    rates = rate_options.resolve()
     server = ServerModel(replicas, capacity, t0, t1, prefill, prompt_tokens)
     lengths = LengthModel(len_correct, len_incorrect, len_sigma, max_tokens)
     train = TrainModel(train_per_token, train_fixed)

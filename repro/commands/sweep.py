@@ -3,35 +3,30 @@ sweep_launch.py, and `repro status` / `repro cancel` (wired from here by repro/c
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import typer
 
+from repro.commands.options import takes
 from repro.commands.sweep_launch import _Launch, _launch
 from repro.commands.sweep_options import (
-    AccountOpt,
-    AllocationsOpt,
-    BatchOpt,
-    CpusOpt,
-    DryRunOpt,
-    EvalCheckpointsOpt,
-    EvalOpt,
-    FileArg,
-    GpusOpt,
-    LauncherOpt,
-    MarginOpt,
-    MemOpt,
-    ParallelOpt,
-    PartitionOpt,
-    PollOpt,
-    PythonOpt,
-    RayAddressOpt,
-    RequireFlashAttnOpt,
-    RetriesOpt,
-    RunsRootOpt,
-    StepsOpt,
-    TimeOpt,
-    WaitOpt,
+    BATCH,
+    DRY_RUN,
+    EVAL_CHECKPOINTS,
+    EVALUATE,
+    FILE,
+    LAUNCHER,
+    MAX_ALLOCATIONS,
+    MAX_PARALLEL,
+    POLL,
+    RAY,
+    REQUIRE_FLASH_ATTN,
+    RETRIES,
+    RUNS_ROOT,
+    SIGNAL_MARGIN,
+    SLURM,
+    STEPS,
+    WAIT,
 )
 from repro.commands.sweep_status import cancel, status
 from repro.sweep_submit import LAUNCHABLE as LAUNCHABLE_DEFAULT
@@ -51,31 +46,11 @@ app = typer.Typer(
 
 
 @app.command("run")
-def run(
-    file: FileArg,
-    launcher: LauncherOpt = "local",
-    runs_root: RunsRootOpt = Path("runs"),
-    max_parallel: ParallelOpt = None,
-    steps: StepsOpt = None,
-    batch: BatchOpt = None,
-    wait: WaitOpt = False,
-    retries: RetriesOpt = 1,
-    poll: PollOpt = 30.0,
-    dry_run: DryRunOpt = False,
-    account: AccountOpt = None,
-    partition: PartitionOpt = None,
-    time: TimeOpt = None,
-    gpus_per_node: GpusOpt = None,
-    cpus_per_task: CpusOpt = None,
-    mem: MemOpt = None,
-    signal_margin: MarginOpt = None,
-    max_allocations: AllocationsOpt = None,
-    ray_address: RayAddressOpt = None,
-    python: PythonOpt = None,
-    evaluate: EvalOpt = True,
-    eval_checkpoints: EvalCheckpointsOpt = None,
-    require_flash_attn: RequireFlashAttnOpt = False,
-) -> None:
+@takes(
+    FILE, LAUNCHER, RUNS_ROOT, MAX_PARALLEL, STEPS, BATCH, WAIT, RETRIES.replace(default=1), POLL, DRY_RUN, *SLURM,
+    SIGNAL_MARGIN, MAX_ALLOCATIONS, *RAY, EVALUATE, EVAL_CHECKPOINTS, REQUIRE_FLASH_ATTN,
+)  # fmt: skip
+def run(**options: Any) -> None:
     """Launch every cell of a sweep file that has not finished yet; print one line per cell.
 
     Each cell is `repro run --model B --method M --prompt-set P --seed S` (GPU cells: verl behind
@@ -114,27 +89,12 @@ def run(
 
       repro sweep run sweeps/paper.yaml --launcher ray --time 1-00:00:00 --max-allocations 4 --wait
     """
-    _launch(_Launch.from_options(locals()), LAUNCHABLE_DEFAULT)
+    _launch(_Launch.from_options(options), LAUNCHABLE_DEFAULT)
 
 
 @app.command("eval")
-def eval_stage(
-    file: FileArg,
-    launcher: LauncherOpt = "local",
-    runs_root: RunsRootOpt = Path("runs"),
-    max_parallel: ParallelOpt = None,
-    wait: WaitOpt = False,
-    poll: PollOpt = 30.0,
-    eval_checkpoints: EvalCheckpointsOpt = None,
-    account: AccountOpt = None,
-    partition: PartitionOpt = None,
-    time: TimeOpt = None,
-    gpus_per_node: GpusOpt = None,
-    cpus_per_task: CpusOpt = None,
-    mem: MemOpt = None,
-    ray_address: RayAddressOpt = None,
-    python: PythonOpt = None,
-) -> None:
+@takes(FILE, LAUNCHER, RUNS_ROOT, MAX_PARALLEL, WAIT, POLL, EVAL_CHECKPOINTS, *SLURM, *RAY)
+def eval_stage(**options: Any) -> None:
     """Run only the evaluation stage (`eval:` of the sweep file) for cells trained earlier: each trained
     cell whose records are incomplete is evaluated (local) or gets an evaluation job (slurm, ray); a Slurm
     cell still training gets one behind its job (afterok). Nothing is trained.
@@ -145,32 +105,16 @@ def eval_stage(
 
       repro sweep eval sweeps/paper.yaml --launcher slurm --partition gpu --eval-checkpoints final
     """
-    options = {**locals(), "steps": None, "batch": None, "retries": 0, "evaluate": True}
+    options = {**options, "steps": None, "batch": None, "retries": 0, "evaluate": True}
     _launch(_Launch.from_options(options), LAUNCHABLE_DEFAULT, train=False)
 
 
 @app.command("retry-failed")
-def retry_failed(
-    file: FileArg,
-    launcher: LauncherOpt = "local",
-    runs_root: RunsRootOpt = Path("runs"),
-    max_parallel: ParallelOpt = None,
-    steps: StepsOpt = None,
-    batch: BatchOpt = None,
-    wait: WaitOpt = False,
-    retries: RetriesOpt = 0,
-    poll: PollOpt = 30.0,
-    account: AccountOpt = None,
-    partition: PartitionOpt = None,
-    time: TimeOpt = None,
-    gpus_per_node: GpusOpt = None,
-    cpus_per_task: CpusOpt = None,
-    mem: MemOpt = None,
-    signal_margin: MarginOpt = None,
-    max_allocations: AllocationsOpt = None,
-    ray_address: RayAddressOpt = None,
-    python: PythonOpt = None,
-) -> None:
+@takes(
+    FILE, LAUNCHER, RUNS_ROOT, MAX_PARALLEL, STEPS, BATCH, WAIT, RETRIES, POLL, *SLURM, SIGNAL_MARGIN, MAX_ALLOCATIONS,
+    *RAY,
+)  # fmt: skip
+def retry_failed(**options: Any) -> None:
     """Launch again only the cells of a sweep that failed or were interrupted; each resumes from its last
     checkpoint. Pending cells are left for `repro sweep run`.
 
@@ -180,4 +124,4 @@ def retry_failed(
 
       repro sweep retry-failed sweeps/paper.yaml --launcher slurm --time 1-00:00:00
     """
-    _launch(_Launch.from_options(locals()), ("failed", "interrupted"))
+    _launch(_Launch.from_options(options), ("failed", "interrupted"))

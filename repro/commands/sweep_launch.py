@@ -37,7 +37,7 @@ class _Launch:
 
     @classmethod
     def from_options(cls, options: dict) -> _Launch:
-        """From a command's parameters (its `locals()`), so `run` and `retry-failed` share one mapping."""
+        """From a command's parameters (its `**options`), so `run` and `retry-failed` share one mapping."""
         return cls(
             file=options["file"],
             launcher=options["launcher"],

@@ -1,5 +1,5 @@
 """The options the `repro sweep` commands share, and the defaults and state colours they need: one place for
-each option's name and help text, so `run`, `eval` and `retry-failed` cannot drift apart."""
+each option's name, help text and default, so `run`, `eval` and `retry-failed` cannot drift apart."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from repro.commands.options import parameter
 
 LAUNCHERS = ("local", "slurm", "ray")
 
@@ -126,3 +128,30 @@ EvalCheckpointsOpt = Annotated[
 PythonOpt = Annotated[
     str | None, typer.Option("--python", help="ray: the Python interpreter on the cluster (default: python).")
 ]
+
+# Each option as the commands take it (`repro.commands.options.takes`): its name there and its default.
+FILE = parameter("file", FileArg)
+LAUNCHER = parameter("launcher", LauncherOpt, "local")
+RUNS_ROOT = parameter("runs_root", RunsRootOpt, Path("runs"))
+MAX_PARALLEL = parameter("max_parallel", ParallelOpt, None)
+STEPS = parameter("steps", StepsOpt, None)
+BATCH = parameter("batch", BatchOpt, None)
+WAIT = parameter("wait", WaitOpt, False)
+RETRIES = parameter("retries", RetriesOpt, 0)  # `repro sweep run` retries once
+POLL = parameter("poll", PollOpt, 30.0)
+DRY_RUN = parameter("dry_run", DryRunOpt, False)
+ACCOUNT = parameter("account", AccountOpt, None)
+PARTITION = parameter("partition", PartitionOpt, None)
+TIME = parameter("time", TimeOpt, None)
+GPUS_PER_NODE = parameter("gpus_per_node", GpusOpt, None)
+CPUS_PER_TASK = parameter("cpus_per_task", CpusOpt, None)
+MEM = parameter("mem", MemOpt, None)
+SIGNAL_MARGIN = parameter("signal_margin", MarginOpt, None)
+MAX_ALLOCATIONS = parameter("max_allocations", AllocationsOpt, None)
+RAY_ADDRESS = parameter("ray_address", RayAddressOpt, None)
+PYTHON = parameter("python", PythonOpt, None)
+EVALUATE = parameter("evaluate", EvalOpt, True)
+EVAL_CHECKPOINTS = parameter("eval_checkpoints", EvalCheckpointsOpt, None)
+REQUIRE_FLASH_ATTN = parameter("require_flash_attn", RequireFlashAttnOpt, False)
+SLURM = (ACCOUNT, PARTITION, TIME, GPUS_PER_NODE, CPUS_PER_TASK, MEM)  # in the order every command lists them
+RAY = (RAY_ADDRESS, PYTHON)

@@ -52,12 +52,12 @@ def load_hub_rows(hub_id: str, split: str = "train") -> list[dict]:
         ) from exc
 
 
-def released_training_set(backbone: str, prompt_set: str, preset: str) -> str | None:
+def released_training_set(backbone: catalog.Backbone, prompt_set: str, preset: str) -> str | None:
     """The Hub id of the authors' training set for this cell under `preset`, or None (paper preset, or none
     released for that backbone and prompt set). Qwen3-4B takes the 7B hard set, as the released run did."""
     if preset != "released":
         return None
-    source = catalog.get_backbone(catalog.get_backbone(backbone).train_prompts_from(preset))
+    source = catalog.get_backbone(backbone.train_prompts_from(preset))
     return source.released_prompt_sets.get(prompt_set)
 
 
@@ -67,7 +67,7 @@ def released_validation_set() -> str:
 
 def materialise(
     hub_id: str,
-    backbone: str,
+    backbone: catalog.Backbone,
     role: str,
     *,
     loader: Callable[[str], list[dict]] | None = None,
@@ -88,7 +88,7 @@ def materialise(
     if count_tokens is True:
         from repro.weights_cache import local_weights
 
-        hf_id = catalog.get_backbone(backbone).hf_id
+        hf_id = backbone.hf_id
         count_tokens = flt.token_counter(local_weights(hf_id)) if hf_id else None  # the cached tokenizer if any
     max_tokens = flt.max_prompt_tokens()
     kept, dropped = flt.drop_long(candidates, max_tokens, count_tokens or None)
@@ -97,7 +97,7 @@ def materialise(
     flt.write_rows(kept, path, "train" if role == "train" else "test", template)
     summary = {
         "hub_id": hub_id,
-        "backbone": backbone,
+        "backbone": backbone.key,
         "role": role,
         "prompt_template": template.key,
         "loaded": len(rows),

@@ -20,7 +20,7 @@ _GENERATOR = None  # the worker's own TransformersGenerator
 def _start(model_path: str, max_new_tokens: int, template: str | None) -> None:
     global _GENERATOR
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it terminates the pool
-    from repro.evaluation.generation import TransformersGenerator
+    from repro.evaluation.transformers_generator import TransformersGenerator
 
     chosen = catalog.prompt_template(template) if template else None
     _GENERATOR = TransformersGenerator(Path(model_path), max_new_tokens, template=chosen)

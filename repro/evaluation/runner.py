@@ -168,7 +168,7 @@ def _named(name: str, runs_root: Path, out: Path | None, model_path: Path | None
     elif catalog.get_backbone(backbone).weights_from_user:
         raise ReproError(f"{backbone} has no weights of its own; pass your model's folder with --model-path DIR")
     else:  # a CPU backbone: nothing to download from the Hub, built on first use
-        from repro.local.weights import backbone_weights
+        from repro.cpu_lm.weights import backbone_weights
 
         weights = backbone_weights(catalog.get_backbone(backbone))
     marker["weights"] = str(weights)  # names the model: the Hub id, wherever its copy sits

@@ -23,13 +23,15 @@ import os
 from dataclasses import dataclass
 
 from repro import catalog
+from repro.checkpoint_bytes import DEFAULT_MODEL_DTYPE, DTYPE_BYTES, HF_MODEL_BYTES, hf_bytes, sharded_bytes
+from repro.overrides import override_values
+from repro.rundir.slim import SLIM_DTYPE
 
 WRITE_SPEED_ENV = "REPRO_WRITE_MB_PER_S"  # a measured write speed of the cluster's file system, MB/s
 DIST_TIMEOUT_ENV = "REPRO_DIST_TIMEOUT_S"  # what repro.verl_plugin.dist_timeout passes to the process group
 BARRIER_FLOOR_S = 1800  # torch's default process-group timeout for gloo (and 3x NCCL's 600 s)
-_SHARDED_BYTES = {"model": 4, "optimizer": 8}  # fp32 weights, AdamW's two moments (written by every rank)
-_HF_BYTES = 4  # the gathered hf_model, fp32 as verl 0.9.1 writes it (repro.verl_plugin.preflight)
-_SLIM_BYTES = 4 + 2  # read the fp32 hf_model, write it in bf16
+_SLIM_BYTES = HF_MODEL_BYTES + DTYPE_BYTES[SLIM_DTYPE]  # read the fp32 hf_model, write it in bf16
+MODEL_DTYPE_KEY = "actor_rollout_ref.actor.fsdp_config.model_dtype"
 
 
 @dataclass(frozen=True)
@@ -94,15 +96,22 @@ def largest_param_count() -> int:
     return max(b.param_count or 0 for b in catalog.backbones().values())
 
 
-def allocation_end(backbone: str, save_contents: list[str], ranks: int, params: int | None = None) -> AllocationEnd:
+def allocation_end(
+    backbone: str,
+    save_contents: list[str],
+    ranks: int,
+    params: int | None = None,
+    model_dtype: object = DEFAULT_MODEL_DTYPE,
+) -> AllocationEnd:
     """The allocation end of a GPU cell of `backbone` saving `save_contents` (verl's actor.checkpoint) over
-    `ranks` FSDP ranks; `params` defaults to the backbone's catalog count."""
+    `ranks` FSDP ranks, its FSDP weights in `model_dtype` (the actor's fsdp_config); `params` defaults to the
+    backbone's catalog count."""
     node = catalog.gpu_node()
     step = node.step_for(backbone)
     if params is None:
         params = catalog.get_backbone(backbone).param_count or largest_param_count()
-    sharded = sum(b for part, b in _SHARDED_BYTES.items() if part in save_contents)
-    rank0 = params * sharded // max(1, ranks) + (params * _HF_BYTES if "hf_model" in save_contents else 0)
+    sharded = sharded_bytes(save_contents, model_dtype)
+    rank0 = params * sharded // max(1, ranks) + params * hf_bytes(save_contents)
     slim = params * _SLIM_BYTES if "hf_model" in save_contents else 0
     speed, speed_source = write_speed()
     return AllocationEnd(
@@ -124,8 +133,9 @@ def parse_list(value: str) -> list[str]:
 
 
 def from_overrides(backbone: str, overrides: list[str]) -> AllocationEnd:
-    """The allocation end of a cell from its verl override list (save_contents, nodes x GPUs)."""
-    values = dict(o.lstrip("+").split("=", 1) for o in overrides if "=" in o)
+    """The allocation end of a cell from its verl override list (save_contents, nodes x GPUs, model_dtype)."""
+    values = override_values(overrides)
     contents = parse_list(values.get("actor_rollout_ref.actor.checkpoint.save_contents", "[model,optimizer,extra]"))
     ranks = int(values.get("trainer.nnodes", 1)) * int(values.get("trainer.n_gpus_per_node", 8))
-    return allocation_end(backbone, contents, ranks)
+    dtype = values.get(MODEL_DTYPE_KEY, DEFAULT_MODEL_DTYPE).strip("'\"")
+    return allocation_end(backbone, contents, ranks, model_dtype=dtype)

@@ -35,10 +35,10 @@ from repro.launch.allocations import (
     stop_request,
     take_honoured,
 )
+from repro.launch.attention import attention_fallback
 from repro.rundir import RunDir
 from repro.rundir.pause import pause_at
 from repro.rundir.retention import kept_from_overrides, retain
-from repro.stack_check import attention_fallback
 
 PLACEHOLDER = "attempt-NNN.jsonl"
 LAUNCHER_ENV = "REPRO_LAUNCHER"

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from repro import catalog
-from repro.local.generate import sample
+from repro.cpu_lm.generate import sample
 
 ACCURACY = "heldout/accuracy"
 RESPONSES = "heldout/n"

@@ -1,4 +1,5 @@
-"""One PPO update on CPU with verl's own loss code: clipped surrogate, token-mean aggregation, entropy bonus.
+"""One PPO update on CPU with verl's own loss code: clipped surrogate, token-mean aggregation, entropy bonus, and
+for a batch sampled by older weights verl's truncated importance weights (`rollout_correction`).
 
 Only the plumbing is ours; `get_policy_loss_fn("vanilla")` and `agg_loss` are verl's, configured by a real
 `verl.workers.config.ActorConfig`, so the CPU path optimises exactly the objective the GPU path does.
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from repro.local.generate import Batch, response_logprobs
+from repro.cpu_lm.generate import Batch, response_logprobs
 
 
 @dataclass(frozen=True)
@@ -88,3 +89,16 @@ def ppo_update(
         "actor/grad_norm": float(grad_norm),
         **{k: float(v) for k, v in pg_metrics.items()},
     }
+
+
+def rollout_correction(
+    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """verl's truncated importance weights pi_now / pi_sampling per token (rollout_is=token, threshold 2.0,
+    verl's defaults for algorithm.rollout_correction) and its rollout_corr/* metrics."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+    weights, _mask, metrics = compute_rollout_correction_and_rejection_mask(
+        old_log_prob, rollout_log_prob, response_mask, rollout_is="token", rollout_is_threshold=2.0
+    )
+    return weights.batch["rollout_is_weights"], {k: float(v) for k, v in metrics.items()}  # named rollout_corr/*

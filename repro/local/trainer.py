@@ -22,11 +22,11 @@ when `fit` begins (the warning came while the attempt was starting) stops it bef
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import sys
+import pickle
 import time
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,21 +36,24 @@ import numpy as np
 import torch
 
 from repro import arithmetic
+from repro.cpu_lm.adamw import AdamW
+from repro.cpu_lm.generate import make_batch, response_logprobs
+from repro.cpu_lm.model import quiet_transformers
 from repro.launch.allocations import discard_request, stop_request
 from repro.launch.attempt import THREADS_ENV
-from repro.local.adamw import AdamW
 from repro.local.config import RunConfig
-from repro.local.generate import make_batch, response_logprobs, sample
 from repro.local.heldout import HeldoutEval, heldout_problems, is_eval_step
-from repro.local.model import quiet_transformers
-from repro.local.ppo import PPOSettings, actor_config, ppo_update, select
-from repro.loggers import ALWAYS, TENSORBOARD_ENV, TENSORBOARD_FOLDER, tracking_backends
+from repro.local.ppo import PPOSettings, actor_config, ppo_update, rollout_correction, select
+from repro.local.prompts import EpochLoader, load_prompts
+from repro.local.responses import ResponseSampling
+from repro.local.tracking import open_tracking
+from repro.loggers import ALWAYS
 from repro.prompting import template_for
-from repro.reward import compute_score
 from repro.rundir import MetricsWriter, RunDir
 from repro.rundir.pause import pause_at
 from repro.sampling import Memory, SamplerSpec, StepSampler, estimator_for, policy_for
-from repro.sampling.early_exit import BiasTally, first_returned
+from repro.sampling.drive import sync_rounds
+from repro.sampling.early_exit import BiasTally
 from repro.sampling.metrics import GENERATED
 
 PENDING_FILE = "pending_step.pt"  # async schedule: the next step's batch, sampled before this step's update
@@ -64,36 +67,6 @@ class StopRequested(Exception):
         self.step = step
 
 
-class EpochLoader:
-    """Prompt indices in shuffled epochs; its whole state is a few numbers and an RNG state."""
-
-    def __init__(self, size: int, seed: int) -> None:
-        self.size = size
-        self.rng = np.random.default_rng([seed, 7])
-        self.epoch = 0
-        self.order = self.rng.permutation(size)
-        self.pos = 0
-
-    def draw(self, k: int) -> list[int]:
-        out: list[int] = []
-        while len(out) < k:
-            if self.pos == self.size:
-                self.epoch += 1
-                self.order, self.pos = self.rng.permutation(self.size), 0
-            take = min(k - len(out), self.size - self.pos)
-            out.extend(int(i) for i in self.order[self.pos : self.pos + take])
-            self.pos += take
-        return out
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "pos": self.pos, "order": self.order.tolist(), "rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch, self.pos = int(state["epoch"]), int(state["pos"])
-        self.order = np.asarray(state["order"], dtype=np.int64)
-        self.rng.bit_generator.state = state["rng"]
-
-
 @dataclass
 class Sampled:
     """A step's sampling, ready for its update: what the async schedule hands from the generating thread to
@@ -101,46 +74,12 @@ class Sampled:
 
     step: int
     result: Any  # repro.sampling.StepResult
-    batch: Any  # repro.local.generate.Batch
+    batch: Any  # repro.cpu_lm.generate.Batch
     adv: torch.Tensor
     timing: dict[str, float]
     epoch: int
     rollout_log_prob: torch.Tensor | None = None  # the sampling weights' log-probs (async schedule only)
     epochs_seen: float = 0.0  # passes over the prompt set once this step's prompts were drawn
-
-
-def rollout_correction(
-    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """verl's truncated importance weights pi_now / pi_sampling per token (rollout_is=token, threshold 2.0,
-    verl's defaults for algorithm.rollout_correction) and its rollout_corr/* metrics."""
-    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
-
-    weights, _mask, metrics = compute_rollout_correction_and_rejection_mask(
-        old_log_prob, rollout_log_prob, response_mask, rollout_is="token", rollout_is_threshold=2.0
-    )
-    return weights.batch["rollout_is_weights"], {k: float(v) for k, v in metrics.items()}  # named rollout_corr/*
-
-
-@dataclass
-class Prompt:
-    index: int
-    question_ids: list[int]
-    ground_truth: str
-    data_source: str
-
-
-def load_prompts(path: Path, tokenizer) -> list[Prompt]:
-    """verl-format Parquet rows -> tokenized prompts through the model's chat template."""
-    import pandas as pd
-
-    frame = pd.read_parquet(path)
-    out = []
-    for i, row in enumerate(frame.itertuples(index=False)):
-        messages = [dict(m) for m in row.prompt]
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"]
-        out.append(Prompt(i, list(ids), str(row.reward_model["ground_truth"]), str(row.data_source)))
-    return out
 
 
 def _stats(prefix: str, values: np.ndarray) -> dict[str, float]:
@@ -153,32 +92,27 @@ def _stats(prefix: str, values: np.ndarray) -> dict[str, float]:
     }
 
 
-def open_tracking(config: RunConfig, rundir: RunDir, loggers: Sequence[str]):
-    """verl's Tracking over the chosen backends other than file and console (see repro.loggers), or None
-    when there are none. TensorBoard writes <run folder>/tensorboard (TENSORBOARD_DIR is read when the
-    adapter is built, then put back); verl's "Saving tensorboard log" line goes to stderr, away from the
-    command's stdout."""
-    backends = tracking_backends(loggers)
-    if not backends:
-        return None
-    from verl.utils.tracking import Tracking
-
-    previous = os.environ.get(TENSORBOARD_ENV)
-    os.environ[TENSORBOARD_ENV] = str(Path(rundir.path) / TENSORBOARD_FOLDER)
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            # Tracking reads config["trainer"] (wandb_proxy); the run's own config goes to wandb beside it
-            return Tracking(
-                "repro", rundir.path.name, default_backend=backends, config={"trainer": {}, **config.to_dict()}
-            )
-    finally:
-        if previous is None:
-            os.environ.pop(TENSORBOARD_ENV, None)
-        else:
-            os.environ[TENSORBOARD_ENV] = previous
+# modules a pending step's classes were pickled under before issue 47 moved them: a pending_step.pt saved then
+# names its batch repro.local.generate.Batch, and a run killed with one still resumes on it
+MOVED_MODULES = {"repro.local.generate": "repro.cpu_lm.generate"}
 
 
-class CpuTrainer:
+class _MovedModules(pickle.Unpickler):
+    """Finds a class under its module's name of today (`MOVED_MODULES`)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        return super().find_class(MOVED_MODULES.get(module, module), name)
+
+
+def load_pending(path: Path) -> Sampled:
+    """A checkpoint's pending step (`PENDING_FILE`), whichever module names its classes."""
+    pickle_module = types.ModuleType("pickle")  # torch.load unpickles with pickle_module.Unpickler
+    pickle_module.Unpickler = _MovedModules  # type: ignore[attr-defined]
+    pickle_module.load = pickle.load  # type: ignore[attr-defined]
+    return torch.load(path, weights_only=False, pickle_module=pickle_module)
+
+
+class CpuTrainer(ResponseSampling):
     def __init__(
         self,
         config: RunConfig,
@@ -290,7 +224,7 @@ class CpuTrainer:
         if self.estimator is not None:
             self.estimator = policy_for(self.spec).load_memory(folder / "estimator.json")
         pending = folder / PENDING_FILE
-        self._pending = torch.load(pending, weights_only=False) if pending.exists() else None
+        self._pending = load_pending(pending) if pending.exists() else None
         self.step = step
         return json.loads((folder / "metrics.json").read_text())
 
@@ -299,85 +233,6 @@ class CpuTrainer:
         return 0 < self.train.until_tokens <= self.tokens_generated
 
     # ---- one step ------------------------------------------------------------------------------
-    def _generate(
-        self, model: torch.nn.Module, slots_prompts: list[Prompt], counts: np.ndarray
-    ) -> tuple[list[list[int]], list[float]]:
-        flat_prompts = [p for p, c in zip(slots_prompts, counts, strict=True) for _ in range(int(c))]
-        responses = self._sample(model, flat_prompts)
-        texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
-        scores = [compute_score(p.data_source, t, p.ground_truth) for p, t in zip(flat_prompts, texts, strict=True)]
-        return responses, scores
-
-    def _sample(self, model: torch.nn.Module, prompts: list[Prompt], on_finish=None) -> list[list[int]]:
-        """One response per prompt from the run's generator (the loop `repro.local.generate.sample`)."""
-        return sample(
-            model,
-            [p.question_ids for p in prompts],
-            max_new_tokens=self.train.max_response_length,
-            eos_id=self.tokenizer.eos_token_id,
-            pad_id=self.tokenizer.pad_token_id,
-            generator=self.generator,
-            share_prompts=True,
-            on_finish=on_finish,
-        )
-
-    def _generate_cut(
-        self, model: torch.nn.Module, sampler: StepSampler, slots: np.ndarray, counts: np.ndarray, bias: BiasTally
-    ) -> tuple[dict[int, list[list[int]]], int, int]:
-        """One round under the early exit: every response is scored as it ends and reported to the sampler in
-        its place of the request order; when a prompt's batch ends (`BatchEnd`) its responses still decoding are
-        cancelled in the loop. Returns each slot's kept responses (pool order), the tokens of every response
-        generated (cancelled ones as far as they got) and of the cancelled ones. `bias` tallies, for each batch
-        the rule ends, what it keeps beside what the first-returned cut would have kept of the same returns."""
-        ids = sampler.prompt_ids
-        base = {int(slot): sampler.rewards[int(slot), : sampler.count[int(slot)]].copy() for slot in slots}
-        arrived: dict[int, list[int]] = {}  # slot -> its rows back so far, in the order they returned
-        reward: dict[int, float] = {}
-        first_cut: set[int] = set()  # slots where the first-returned rule would have held by now
-        where = [(int(slot), k) for slot, count in zip(slots, counts, strict=True) for k in range(int(count))]
-        first = {int(slot): row for row, (slot, k) in enumerate(where) if k == 0}
-        prompts = [self.prompts[ids[slot]] for slot, _k in where]
-        ended: dict[int, list[int]] = {}
-        kept: dict[int, list[list[int]]] = {}
-        cancelled: set[int] = set()
-
-        def on_finish(finished: list[tuple[int, list[int]]]) -> list[int]:
-            """The rows that ended in one decode step, scored and reported together per prompt: responses back in
-            the same instant return together (past the kept prefix they are dropped, not cancelled)."""
-            back: dict[int, list[int]] = {}
-            for row, response in finished:
-                ended[row] = response
-                back.setdefault(where[row][0], []).append(row)
-            out: list[int] = []
-            for slot, rows in back.items():
-                scores = []
-                for row in rows:
-                    prompt, text = prompts[row], self.tokenizer.decode(ended[row], skip_special_tokens=True)
-                    scores.append(compute_score(prompt.data_source, text, prompt.ground_truth))
-                    reward[row] = scores[-1]
-                back_rows = arrived.setdefault(slot, [])
-                back_rows += rows
-                if slot not in first_cut:
-                    pool = np.concatenate([base[slot], [reward[row] for row in back_rows]])
-                    if first_returned(self.spec, pool) is not None:  # the biased cut would keep these
-                        first_cut.add(slot)
-                        bias.add("first_returned", pool[base[slot].size :], [len(ended[r]) for r in back_rows])
-                end = sampler.returned(slot, [where[row][1] for row in rows], scores)
-                if end is not None:
-                    kept[slot] = [ended[first[slot] + int(k)] for k in end.kept]
-                    if slot in first_cut:  # the rule ended this batch: what it keeps, beside the above
-                        rows_kept = [first[slot] + int(k) for k in end.kept]
-                        bias.add("kept", [reward[r] for r in rows_kept], [len(ended[r]) for r in rows_kept])
-                        bias.batches += 1
-                    stop = [first[slot] + int(k) for k in end.cancelled]
-                    cancelled.update(stop)
-                    out += stop
-            return out
-
-        responses = self._sample(model, prompts, on_finish)
-        generated = sum(len(r) for r in responses)
-        return kept, generated, sum(len(responses[row]) for row in cancelled)
-
     def _sample_step(self, step: int, model: torch.nn.Module, behaviour_logprobs: bool = False) -> Sampled:
         """Everything of a step before the update: the method's sampling with `model`, the update batch and its
         advantages (Est's estimator learns here). With `behaviour_logprobs`, also the sampling model's
@@ -390,15 +245,7 @@ class CpuTrainer:
         cut = self.spec.early_exit != "off"
         generated = cancelled = 0  # under the early exit: tokens of every response, and of the cancelled ones
         bias = BiasTally()
-        while True:
-            wanted = sampler.prompts_wanted()
-            if wanted:
-                sampler.add_prompts(self.loader.draw(wanted))
-            slots, counts = sampler.plan()
-            if slots.size == 0:
-                if sampler.prompts_wanted():  # every prompt drawn was skipped (GRESO): draw again
-                    continue
-                break
+        for slots, counts in sync_rounds(sampler, self.loader.draw):
             t0 = time.perf_counter()
             if cut:
                 kept, round_tokens, round_cancelled = self._generate_cut(model, sampler, slots, counts, bias)

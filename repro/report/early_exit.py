@@ -1,4 +1,4 @@
-"""REPORT's early-exit clauses (issue 46), beside the exit's "no loss" verdict (`report.async_sentence`): the tokens
+"""REPORT's early-exit clauses (issue 46), beside the exit's "no loss" verdict (`no_loss.async_sentence`): the tokens
 each step generated, paired by seed, and what the order-preserving rule keeps against what the first-returned cut
 would have kept of the very same returns (the CPU trainer's `exit/*` sums, `repro.sampling.early_exit.BiasTally`).
 """

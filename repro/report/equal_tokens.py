@@ -22,10 +22,28 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from repro.report import stats
-from repro.report.collect import GENERATED_CUMULATIVE
+from repro.report import bench, stats
+from repro.report.comparisons import (
+    ASYNC_COMPARISONS,
+    COMPARISONS,
+    EXIT_COMPARISONS,
+    PAPER_STAND_IN,
+    Comparison,
+    _label,
+    paper_difference,
+)
 from repro.report.matched import accuracy_by_tokens
-from repro.report.verdicts import CANNOT_TELL, interval_text, stability_clause
+from repro.report.schema import GENERATED_CUMULATIVE
+from repro.report.tables import paired_values
+from repro.report.verdicts import (
+    CANNOT_TELL,
+    NO_LOSS_MARGIN,
+    interval_text,
+    no_loss_verdict,
+    points_text,
+    stability_clause,
+    verdict,
+)
 from repro.sweep_matched import within_a_step
 
 EPOCHS = "training/epochs_seen"
@@ -212,3 +230,54 @@ def sentence(tables: dict[str, pd.DataFrame], per_step: list[float], backbone: s
     if missing:
         text += f" Not read: {'; '.join(missing)}."
     return text
+
+
+def equal_token_comparisons() -> list[Judged]:
+    """Every comparison the report makes, as the equal-token section judges it: the paper's on the sign of the
+    paper's per-step difference, async on "no loss", the bench's on its paper's per-token claim (none: no
+    verdict)."""
+
+    def judged(c: Comparison | bench.BenchClaim, judge, rule: str, shift: float = 0.0) -> Judged:
+        title = c.title if isinstance(c, Comparison) else f"{_label(c.method)} vs {_label(c.reference)}"
+        return Judged(title, c.method, c.reference, c.prompt_set, judge, rule, shift)
+
+    out = []
+    for comparison in COMPARISONS:
+        delta = paper_difference(PAPER_STAND_IN, comparison)[0]
+        rule = f"on the sign of the paper's per-step difference ({points_text(delta)})" if delta else "no paper sign"
+        out.append(judged(comparison, lambda interval, d=delta: verdict(interval, d), rule))
+    no_loss = f'against "no loss" (a loss under {NO_LOSS_MARGIN:.1f} point)'
+    out += [judged(c, no_loss_verdict, no_loss, NO_LOSS_MARGIN) for c in (*ASYNC_COMPARISONS, *EXIT_COMPARISONS)]
+    rules = {None: "its paper claims nothing per token", bench.BETTER: "on its paper's claim (better)"}
+    for claim in bench.CLAIMS:  # the bench's own judge of its paper's per-token claim
+        rule = rules.get(claim.per_token, no_loss)
+        shift = NO_LOSS_MARGIN if claim.per_token == bench.NO_LOSS else 0.0
+        out.append(judged(claim, lambda interval, c=claim.per_token: bench.judge_claim(c, interval), rule, shift))
+    return out
+
+
+def equal_token_lines(by_seed: pd.DataFrame, tables_: dict[str, pd.DataFrame], backbones: list[str]) -> list[str]:
+    """The section "At the same generated tokens", or nothing when no compute-matched long run was collected."""
+    if tables_.get("matched_training") is None or tables_["matched_training"].empty:
+        return []
+    bullets = []
+    for backbone in backbones:
+        for judged in equal_token_comparisons():
+            per_step = list(paired_values(by_seed, backbone, judged.prompt_set, judged.method, judged.reference))
+            line = sentence(tables_, per_step, backbone, judged)
+            if line is not None:
+                bullets.append(f"- {line}")
+    return [
+        "## Beyond the paper: at the same generated tokens",
+        "",
+        "Every comparison above, read a second way. Per seed, the side that generated fewer tokens by step 100 was "
+        "trained on from its step-100 checkpoint (the same run, longer: same data order, a learning rate that is "
+        "warm-up then constant) until its cumulative generated tokens reached the other side's step-100 total "
+        "(`sweeps/tiny-matched.yaml`); both sides are then the weighted Ave@k of the tables' protocol, paired by "
+        "seed, with the same 95% t interval, verdict rule and stability statement as their per-step sentence. Each "
+        "sentence gives the per-step reading first, then the equal-token one, the steps, tokens and passes over "
+        "its prompt set (epochs) each side had at its reading: a long baseline repeats its prompts.",
+        "",
+        *bullets,
+        "",
+    ]

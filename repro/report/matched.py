@@ -24,8 +24,7 @@ import math
 import pandas as pd
 
 from repro.report import stats
-from repro.report.collect import GENERATED_CUMULATIVE
-from repro.report.schema import HELDOUT, WEIGHTED_AVERAGE
+from repro.report.schema import GENERATED_CUMULATIVE, HELDOUT, WEIGHTED_AVERAGE
 
 KEYS = ["backbone", "prompt_set", "method"]
 COLUMNS = ["run", *KEYS, "seed", "step", "tokens", "ave"]

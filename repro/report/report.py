@@ -26,20 +26,31 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
-from repro import paper
-from repro.report import bench, early_exit, equal_tokens, matched, stats, tables
+from repro.report import bench, equal_tokens, matched, tables
+from repro.report.comparisons import (
+    ASYNC_COMPARISONS,
+    COMPARISONS,
+    PAPER_STAND_IN,
+    Comparison,
+    _label,
+    _measured_clause,
+    _number,
+    _ratio,
+    _step_seconds,
+    difference_text,
+    paper_difference,
+)
+from repro.report.no_loss import _async_lines, _exit_lines, async_sentence
 from repro.report.verdicts import (
     AGREES,
     CANNOT_TELL,
     DISAGREES,
     FIRM_REPEAT,
-    NO_LOSS_MARGIN,
     no_loss_verdict,
     points_text,
     stability_clause,
@@ -68,198 +79,7 @@ __all__ = [
 
 IMPROVES = "improves"  # RL against the base model: the paper reports no base numbers, so no agree/disagree
 WORSENS = "worsens"
-PAPER_STAND_IN = "qwen2.5-math-1.5b"  # the paper's backbone a miniature is compared against
 FIGURE_SUFFIXES = (".png", ".svg")  # embedded; a .pdf of the same name is linked beside
-
-LABELS = {
-    "grpo-n4": "GRPO-n4",
-    "grpo-n8": "GRPO-n8",
-    "grpo-n16": "GRPO-n16",
-    "dapo": "DAPO",
-    "seq-pos": "Seq-pos",
-    "seq-balance": "Seq-balance",
-    "est": "Est",
-    "pods-16-4": "PODS-16-4",
-    "knapsack": "Knapsack RL",
-    "greso": "GRESO",
-}
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """One claim of the paper: `method` against `reference` on `prompt_set`; `cost` adds the cost ratios."""
-
-    method: str
-    reference: str
-    prompt_set: str = "standard"
-    cost: bool = False
-
-    @property
-    def title(self) -> str:
-        where = " on the hard prompt set" if self.prompt_set == "hard" else ""
-        return f"{_label(self.method)} vs {_label(self.reference)}{where}"
-
-
-COMPARISONS = (
-    Comparison("seq-balance", "grpo-n4"),
-    Comparison("seq-balance", "grpo-n16", cost=True),
-    Comparison("seq-pos", "seq-balance"),
-    Comparison("est", "grpo-n4"),
-    Comparison("seq-balance", "grpo-n4", prompt_set="hard"),
-)
-
-
-# Beyond the paper: the async schedule against its synchronous method, judged against "no loss".
-ASYNC_COMPARISONS = (Comparison("seq-balance-async", "seq-balance"),)
-# Beyond the paper: the early exit against the same method without it (issue 46), judged against "no loss".
-EXIT_COMPARISONS = (Comparison("seq-balance-exit", "seq-balance"),)
-
-
-def _label(method: str) -> str:
-    from repro.catalog import ASYNC_SUFFIX
-
-    base = method.removesuffix(ASYNC_SUFFIX)
-    if base != method and base in LABELS:
-        return LABELS[base] + " async"
-    return LABELS.get(method, method)
-
-
-def async_sentence(
-    by_seed: pd.DataFrame, backbone: str, comparison: Comparison, step_time: pd.DataFrame | None
-) -> tuple[str, str]:
-    """(the sentence, its verdict) for an async method against its synchronous one: the paired difference,
-    the no-loss verdict, and the step-time ratio measured in the same runs."""
-    measured, interval = _measured_clause(by_seed, backbone, comparison)
-    outcome = no_loss_verdict(interval)
-    sentence = (
-        f'**{comparison.title}** ({backbone}, {comparison.prompt_set}): {measured}; against "no loss" (a loss '
-        f"smaller than {NO_LOSS_MARGIN:.1f} point): **{outcome}**. "
-    )
-    values = tables.paired_values(by_seed, backbone, comparison.prompt_set, comparison.method, comparison.reference)
-    sentence += stability_clause(values, outcome, shift=NO_LOSS_MARGIN)
-    seconds = _step_seconds(step_time, backbone, comparison)
-    if seconds is not None:
-        ratio, mine, theirs = seconds
-        sentence += f" Step time: {ratio} the synchronous one's ({mine:.2f} s vs {theirs:.2f} s, same machine)."
-    return sentence, outcome
-
-
-def _no_loss_bullets(
-    by_seed: pd.DataFrame,
-    training_df: pd.DataFrame | None,
-    backbones: list[str],
-    comparisons: Sequence[Comparison],
-    more: Callable[[str, Comparison], list[str | None]] = lambda backbone, comparison: [],
-) -> list[str]:
-    """One bullet per comparison with a trained run of its method: `async_sentence`, then `more`'s clauses."""
-    bullets = []
-    for backbone in backbones:
-        for comparison in comparisons:
-            trained = by_seed[(by_seed["backbone"] == backbone) & by_seed["trained"].astype(bool)]
-            if not (trained["method"] == comparison.method).any():
-                continue
-            step_time = tables.step_time_table(training_df, comparison.prompt_set) if training_df is not None else None
-            sentence, _ = async_sentence(by_seed, backbone, comparison, step_time)
-            sentence += "".join(f" {clause}" for clause in more(backbone, comparison) if clause)
-            bullets.append(f"- {sentence}")
-    return bullets
-
-
-def _exit_lines(by_seed: pd.DataFrame, training_df: pd.DataFrame | None, backbones: list[str]) -> list[str]:
-    """The section "the early exit", or nothing when no run of an exit method was collected."""
-
-    def clauses(backbone: str, comparison: Comparison) -> list[str | None]:
-        if training_df is None:
-            return []
-        where = (training_df, backbone, comparison.prompt_set, comparison.method)
-        return [early_exit.token_clause(*where, comparison.reference), early_exit.bias_clause(*where)]
-
-    bullets = _no_loss_bullets(by_seed, training_df, backbones, EXIT_COMPARISONS, clauses)
-    if not bullets:
-        return []
-    return [
-        "## Beyond the paper: the early exit",
-        "",
-        "Seq-balance with the order-preserving exit: a prompt's responses are numbered in request order, the rule "
-        "is checked on the longest prefix of that order that has all returned, and once it holds the rest are "
-        "cancelled (in flight) or dropped (back already): the pool is what a one-at-a-time sampler keeps, whatever "
-        "the lengths. The claim tested is that it costs no accuracy (as async's); beside it the tokens it saves "
-        "and, on the same returns, how far the first-returned cut (keep whatever came back first) would have moved "
-        "the kept responses' reward and length. At paper scale the cost model puts the saving at about 1% of "
-        "Seq-balance's tokens (`repro simulate cost`, `benchmarks/bench_early_exit.py`).",
-        "",
-        *bullets,
-        "",
-    ]
-
-
-def _step_seconds(
-    step_time: pd.DataFrame | None, backbone: str, comparison: Comparison
-) -> tuple[str, float, float] | None:
-    """(ratio text, method's seconds per step, reference's) from `tables.step_time_table`, None if unmeasured."""
-    if step_time is None or step_time.empty:
-        return None
-    cell = step_time[step_time["backbone"] == backbone]
-    rows = {m: cell[cell["method"] == m] for m in (comparison.method, comparison.reference)}
-    if not all(len(r) == 1 for r in rows.values()):
-        return None
-    mine, theirs = (float(rows[m]["seconds measured"].iloc[0]) for m in (comparison.method, comparison.reference))
-    ratio = _ratio(mine, theirs)
-    return None if ratio is None else (ratio, mine, theirs)
-
-
-def _number(value: float) -> str:
-    return f"{round(value, 1) + 0.0:.1f}"
-
-
-# ------------------------------------------------------------------------------------------ verdicts
-
-
-def _paper_weighted() -> dict[tuple[str, str, str], float]:
-    """(backbone, prompt_set, method) -> the paper's weighted Ave@32 (Table 1, then the all-methods summary)."""
-    out: dict[tuple[str, str, str], float] = {}
-    for frame in (paper.weighted_averages(), paper.table1()):  # Table 1 last: it wins where both report
-        for backbone, prompt_set, method, value in frame[[*tables.GROUP_KEYS, "weighted_average"]].itertuples(
-            index=False
-        ):
-            out[(str(backbone), str(prompt_set), str(method))] = float(value)
-    return out
-
-
-def paper_difference(backbone: str, comparison: Comparison) -> tuple[float | None, float | None, float | None, str]:
-    """(paper delta, paper method value, paper reference value, the paper backbone used): the backbone itself
-    when the paper trained it, else PAPER_STAND_IN. Values are None where the paper reports none."""
-    reported = _paper_weighted()
-    backbones = {key[0] for key in reported}
-    source = backbone if backbone in backbones else PAPER_STAND_IN
-    mine = reported.get((source, comparison.prompt_set, comparison.method))
-    theirs = reported.get((source, comparison.prompt_set, comparison.reference))
-    delta = None if mine is None or theirs is None else round(mine - theirs, 1)
-    return delta, mine, theirs, source
-
-
-# ------------------------------------------------------------------------------------------ sentences
-
-
-def _measured_clause(by_seed: pd.DataFrame, backbone: str, comparison: Comparison) -> tuple[str, stats.Interval]:
-    interval = tables.paired_difference(
-        by_seed, backbone, comparison.prompt_set, comparison.method, comparison.reference
-    )
-    trained = by_seed[(by_seed["backbone"] == backbone) & (by_seed["prompt_set"] == comparison.prompt_set)]
-    trained = trained[trained["trained"].astype(bool)]
-    absent = [m for m in (comparison.method, comparison.reference) if not (trained["method"] == m).any()]
-    if absent:
-        cells = " and ".join(f"{backbone}/{comparison.prompt_set}/{m}" for m in absent)
-        return f"not measured (no trained run of {cells})", interval
-    if interval.n == 0:
-        return "no seed measured by both runs on the same benchmarks, so no paired difference", interval
-    if not interval.has_interval:
-        return f"measured difference {points_text(interval.mean)} points on 1 seed (one seed: no interval)", interval
-    return (
-        f"measured paired difference {points_text(interval.mean)} points, 95% CI "
-        f"[{_number(interval.low)}, {_number(interval.high)}] over {interval.n} seeds",
-        interval,
-    )
 
 
 def _paper_clause(backbone: str, comparison: Comparison) -> tuple[str, float | None]:
@@ -270,12 +90,6 @@ def _paper_clause(backbone: str, comparison: Comparison) -> tuple[str, float | N
     if source != backbone:
         where += f"; {backbone} is a miniature, so compared against the paper's {source} rows"
     return f"the paper reports {points_text(delta)} points ({_number(mine)} vs {_number(theirs)}, {where})", delta
-
-
-def _ratio(mine: float, theirs: float) -> str | None:
-    if not (math.isfinite(mine) and math.isfinite(theirs)) or theirs <= 0:
-        return None
-    return f"{mine / theirs:.2f}x"
 
 
 def _cost_clause(
@@ -321,15 +135,11 @@ def base_gain_sentence(by_seed: pd.DataFrame, backbone: str, prompt_set: str, me
             f"{head}: no trained run measured on the base model's benchmarks. Verdict: **{CANNOT_TELL}**.",
             CANNOT_TELL,
         )
+    measured = difference_text(interval)
     if not interval.has_interval:
         outcome = CANNOT_TELL
-        measured = f"{points_text(interval.mean)} points on 1 seed (one seed: no interval)"
     else:
         outcome = IMPROVES if interval.low > 0 else WORSENS if interval.high < 0 else CANNOT_TELL
-        measured = (
-            f"{points_text(interval.mean)} points, 95% CI [{_number(interval.low)}, {_number(interval.high)}] over "
-            f"{interval.n} seeds"
-        )
     gains, _ = tables.gain_values(by_seed, backbone, prompt_set, method)
     stability = stability_clause(gains, outcome)
     return (
@@ -358,60 +168,6 @@ def comparison_sentence(
     return sentence, outcome
 
 
-# ------------------------------------------------------------------------------------------ equal tokens
-
-
-def equal_token_comparisons() -> list[equal_tokens.Judged]:
-    """Every comparison the report makes, as the equal-token section judges it: the paper's on the sign of the
-    paper's per-step difference, async on "no loss", the bench's on its paper's per-token claim (none: no
-    verdict)."""
-
-    def judged(c: Comparison | bench.BenchClaim, judge, rule: str, shift: float = 0.0) -> equal_tokens.Judged:
-        title = c.title if isinstance(c, Comparison) else f"{_label(c.method)} vs {_label(c.reference)}"
-        return equal_tokens.Judged(title, c.method, c.reference, c.prompt_set, judge, rule, shift)
-
-    out = []
-    for comparison in COMPARISONS:
-        delta = paper_difference(PAPER_STAND_IN, comparison)[0]
-        rule = f"on the sign of the paper's per-step difference ({points_text(delta)})" if delta else "no paper sign"
-        out.append(judged(comparison, lambda interval, d=delta: verdict(interval, d), rule))
-    no_loss = f'against "no loss" (a loss under {NO_LOSS_MARGIN:.1f} point)'
-    out += [judged(c, no_loss_verdict, no_loss, NO_LOSS_MARGIN) for c in (*ASYNC_COMPARISONS, *EXIT_COMPARISONS)]
-    rules = {None: "its paper claims nothing per token", bench.BETTER: "on its paper's claim (better)"}
-    for claim in bench.CLAIMS:  # the bench's own judge of its paper's per-token claim
-        rule = rules.get(claim.per_token, no_loss)
-        shift = NO_LOSS_MARGIN if claim.per_token == bench.NO_LOSS else 0.0
-        out.append(judged(claim, lambda interval, c=claim.per_token: bench.judge_claim(c, interval), rule, shift))
-    return out
-
-
-def equal_token_lines(by_seed: pd.DataFrame, tables_: dict[str, pd.DataFrame], backbones: list[str]) -> list[str]:
-    """The section "At the same generated tokens", or nothing when no compute-matched long run was collected."""
-    if tables_.get("matched_training") is None or tables_["matched_training"].empty:
-        return []
-    bullets = []
-    for backbone in backbones:
-        for judged in equal_token_comparisons():
-            per_step = list(tables.paired_values(by_seed, backbone, judged.prompt_set, judged.method, judged.reference))
-            line = equal_tokens.sentence(tables_, per_step, backbone, judged)
-            if line is not None:
-                bullets.append(f"- {line}")
-    return [
-        "## Beyond the paper: at the same generated tokens",
-        "",
-        "Every comparison above, read a second way. Per seed, the side that generated fewer tokens by step 100 was "
-        "trained on from its step-100 checkpoint (the same run, longer: same data order, a learning rate that is "
-        "warm-up then constant) until its cumulative generated tokens reached the other side's step-100 total "
-        "(`sweeps/tiny-matched.yaml`); both sides are then the weighted Ave@k of the tables' protocol, paired by "
-        "seed, with the same 95% t interval, verdict rule and stability statement as their per-step sentence. Each "
-        "sentence gives the per-step reading first, then the equal-token one, the steps, tokens and passes over "
-        "its prompt set (epochs) each side had at its reading: a long baseline repeats its prompts.",
-        "",
-        *bullets,
-        "",
-    ]
-
-
 # ------------------------------------------------------------------------------------------ the file
 
 
@@ -420,7 +176,7 @@ def arithmetic_lines(runs_df: pd.DataFrame | None) -> list[str]:
     the CPUs, counted over runs, so a reader on another machine knows whether to expect the same bits."""
     if runs_df is None or runs_df.empty or "arithmetic" not in runs_df.columns:
         return []
-    from repro.report.collect import BASE_MODEL_LABEL
+    from repro.report.schema import BASE_MODEL_LABEL
 
     trained = runs_df[runs_df["method"] != BASE_MODEL_LABEL]  # a model's evaluation is not a run
 
@@ -505,25 +261,13 @@ def build_report(
             lines.append(f"- {sentence}")
         lines.append("")
 
-    async_lines = _no_loss_bullets(by_seed, training_df, backbones, ASYNC_COMPARISONS)
-    if async_lines:
-        lines += [
-            "## Beyond the paper: sampling overlapped with training",
-            "",
-            "The async schedule samples step t+1 with the weights before update t while update t runs (one step "
-            "stale, token-level truncated importance weights as verl's rollout correction computes them). The "
-            "claim tested is that this costs no accuracy: **agrees** when the 95% interval of the paired "
-            f"difference lies above -{NO_LOSS_MARGIN:.1f} point, **disagrees** when it lies below 0, **cannot "
-            "tell** otherwise.",
-            "",
-            *async_lines,
-            "",
-        ]
-
+    lines += _async_lines(by_seed, training_df, backbones)
     lines += _exit_lines(by_seed, training_df, backbones)
     lines += bench.section_lines(by_seed, eval_df, training_df)
     if training_df is not None and matched_tables:
-        lines += equal_token_lines(by_seed, {"eval": eval_df, "training": training_df, **matched_tables}, backbones)
+        lines += equal_tokens.equal_token_lines(
+            by_seed, {"eval": eval_df, "training": training_df, **matched_tables}, backbones
+        )
     if training_df is not None:
         lines += matched.section_lines(eval_df, training_df)
 

@@ -10,6 +10,8 @@
             WEIGHTED_AVERAGE per run x checkpoint (problems = total, ave_at_k = the weighted average).
 Accuracies are fractions in [0, 1]; tables multiply by 100 to sit beside the paper's percentages.
 Every table is written as results/<name>.parquet (for machines) and results/<name>.csv (for people).
+The labels below mark the rows of a model run folder (a released checkpoint or a base model evaluated by name)
+and the training table's cumulative tokens: collect writes them, tables, figures and REPORT.md read them.
 """
 
 RUN_KEYS = ("run", "backbone", "method", "prompt_set", "seed")
@@ -20,3 +22,9 @@ MATCHED_TABLES = ("matched_training", "matched_eval")
 WEIGHTED_AVERAGE = "weighted_average"
 HELDOUT = "heldout/accuracy"  # the CPU trainer's held-out accuracy (repro.local.heldout.ACCURACY)
 DEFAULT_RESULTS = "results"
+
+ORIGIN_RUN = "run"
+BASE_MODEL_LABEL = "base model"  # the method column of a base model's rows
+NO_PROMPT_SET = "none"  # the prompt_set column of a base model's rows: it was trained on none
+RELEASED_SUFFIX = " (released checkpoint)"
+GENERATED_CUMULATIVE = "tokens/generated_cumulative"  # the x axis of the bench's matched-compute comparison

@@ -81,8 +81,8 @@ def retain(checkpoints_dir: Path, keep: int | None, when: str) -> list[str]:
             "training goes on and the next save or attempt tries again"
         ]
     lines = [
-        f"repro: checkpoints: global_step_{d.step} slimmed {when}: {_size(d.bytes_before)} -> "
-        f"{_size(d.bytes_after)} (its Hugging Face weights kept in bf16 for evaluation, resume-only parts "
+        f"repro: checkpoints: global_step_{d.step} slimmed {when}: {size_text(d.bytes_before, 2)} -> "
+        f"{size_text(d.bytes_after, 2)} (its Hugging Face weights kept in bf16 for evaluation, resume-only parts "
         f"removed; the newest {keep} saves stay whole)"
         for d in done
     ]
@@ -97,7 +97,3 @@ def _whole(whole: list[int]) -> list[str]:
         f"repro: checkpoints: older save(s) at step {steps} hold no Hugging Face weights (hf_model not in "
         "actor.checkpoint.save_contents), so they stay whole: their FSDP shards are their only weights"
     ]
-
-
-def _size(n: float) -> str:
-    return size_text(n, 2)

@@ -15,26 +15,31 @@ def group_stats(groups: np.ndarray, values: np.ndarray, n_groups: int) -> tuple[
     return count, mean, np.sqrt(var)
 
 
+def grpo_groups(groups: np.ndarray, rewards: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """verl's `grpo` statistics per group, (baseline, std): the group's mean and unbiased std, but 0 and 1 for a
+    group of one (or of none), so a lone response keeps its reward. Both forms below read them: one rule."""
+    count, mean, std = group_stats(groups, rewards, n_groups)
+    single = count <= 1
+    return np.where(single, 0.0, mean), np.where(single, 1.0, std)
+
+
 def grpo_advantage(
     groups: np.ndarray, rewards: np.ndarray, n_groups: int, norm_by_std: bool, epsilon: float
 ) -> np.ndarray:
     """verl's `grpo` estimator: (r - group mean) / (group std + eps); a singleton group keeps r."""
-    count, mean, std = group_stats(groups, rewards, n_groups)
-    single = count[groups] == 1
-    mean_g = np.where(single, 0.0, mean[groups])
-    std_g = np.where(single, 1.0, std[groups])
-    centred = rewards - mean_g
-    return centred / (std_g + epsilon) if norm_by_std else centred
+    baseline, std = grpo_groups(groups, rewards, n_groups)
+    centred = rewards - baseline[groups]
+    return centred / (std[groups] + epsilon) if norm_by_std else centred
 
 
 def grpo_affine(
     groups: np.ndarray, rewards: np.ndarray, n_groups: int, epsilon: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """verl's `grpo` with std normalisation as per-group (baseline, scale), A = (r - baseline) * scale: the form
-    the verl plugin's estimator applies, so both engines compute the same bits. A singleton keeps r/(1 + eps)."""
-    count, mean, std = group_stats(groups, rewards, n_groups)
-    single = count <= 1
-    return np.where(single, 0.0, mean), 1.0 / (np.where(single, 1.0, std) + epsilon)
+    the verl plugin's estimator applies, so both engines compute the same bits. A singleton keeps r/(1 + eps).
+    Not bit-identical to `grpo_advantage` (a product with 1/(std + eps), not a quotient), so each keeps its form."""
+    baseline, std = grpo_groups(groups, rewards, n_groups)
+    return baseline, 1.0 / (std + epsilon)
 
 
 def global_baseline_advantage(

@@ -7,7 +7,7 @@ plugin has its own asynchronous one around the same `StepSampler`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 
 import numpy as np
 
@@ -17,9 +17,11 @@ SampleFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 DrawFn = Callable[[int], Sequence[Hashable]]
 
 
-def run_step_sync(sampler: StepSampler, sample: SampleFn, draw_prompts: DrawFn | None = None) -> StepResult:
-    """Rounds with a barrier. Under the early exit every response of a round returns at once (no time passes
-    here), so each prompt keeps the shortest request-order prefix that meets its rule and the rest is dropped."""
+def sync_rounds(sampler: StepSampler, draw_prompts: DrawFn | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """A step's rounds with a barrier, each as `plan()` gives it (slots, counts), with the fresh prompts a
+    method asks for (DAPO, GRESO) drawn before it; the caller reports the round's rewards before it asks for the
+    next, and calls `finalize()` after the last. `run_step_sync` reports a round at once; the CPU trainer, which
+    cancels responses mid-decode under the early exit, reports each as it ends."""
     while True:
         wanted = sampler.prompts_wanted()
         if wanted:
@@ -30,7 +32,14 @@ def run_step_sync(sampler: StepSampler, sample: SampleFn, draw_prompts: DrawFn |
         if slots.size == 0:
             if sampler.prompts_wanted():  # every prompt drawn was skipped (GRESO): draw again
                 continue
-            break
+            return
+        yield slots, counts
+
+
+def run_step_sync(sampler: StepSampler, sample: SampleFn, draw_prompts: DrawFn | None = None) -> StepResult:
+    """Rounds with a barrier. Under the early exit every response of a round returns at once (no time passes
+    here), so each prompt keeps the shortest request-order prefix that meets its rule and the rest is dropped."""
+    for slots, counts in sync_rounds(sampler, draw_prompts):
         rewards = sample(slots, counts)
         if sampler.spec.early_exit == "off":
             sampler.observe_many(slots, rewards)

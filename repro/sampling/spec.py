@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
-from repro.sampling.settings import SETTINGS
+from repro.sampling.settings import SETTINGS, GresoSettings, KnapsackSettings, PodsSettings
 
 Kind = Literal["uniform", "dapo", "seq", "est", "pods", "knapsack", "greso"]
 ExitRule = Literal["pos", "balance"]
@@ -76,26 +76,26 @@ class SamplerSpec:
     prior_alpha: float = 1.0
     prior_beta: float = 16.0
     est_advantage: EstAdvantage = "weighted"
-    # the families from the literature (issue 36), each under its prefix: repro.sampling.settings has their
-    # authors' names, defaults and sources
-    pods_generate: int = 16
-    knapsack_min_n: int = 2
-    knapsack_max_n: int = 128
-    knapsack_negative_n: int = 2
-    knapsack_positive_n: int = 2
-    knapsack_alpha: float = 0.9
-    knapsack_cost: str = "probability"
-    knapsack_allow_fallback: bool = True
-    knapsack_min_buffer_length: int = 8
-    knapsack_reward_buffer_length: int = 16
-    greso_p_easy: float = 0.5
-    greso_p_hard: float = 0.5
-    greso_target_zero_variance: float = 0.25
-    greso_min_p: float = 0.05
-    greso_max_p: float = 0.95
-    greso_sampling_batch_ratio: float = 1.5
-    greso_min_sampling_batch_ratio: float = 0.25
-    greso_max_rounds: int = 10
+    # the families from the literature (issue 36), each under its prefix at its typed settings' default: those
+    # (repro.sampling.settings) hold the authors' names, values and sources, and are the only copy of the values
+    pods_generate: int = PodsSettings.generate
+    knapsack_min_n: int = KnapsackSettings.min_n
+    knapsack_max_n: int = KnapsackSettings.max_n
+    knapsack_negative_n: int = KnapsackSettings.negative_n
+    knapsack_positive_n: int = KnapsackSettings.positive_n
+    knapsack_alpha: float = KnapsackSettings.alpha
+    knapsack_cost: str = KnapsackSettings.cost
+    knapsack_allow_fallback: bool = KnapsackSettings.allow_fallback
+    knapsack_min_buffer_length: int = KnapsackSettings.min_buffer_length
+    knapsack_reward_buffer_length: int = KnapsackSettings.reward_buffer_length
+    greso_p_easy: float = GresoSettings.p_easy
+    greso_p_hard: float = GresoSettings.p_hard
+    greso_target_zero_variance: float = GresoSettings.target_zero_variance
+    greso_min_p: float = GresoSettings.min_p
+    greso_max_p: float = GresoSettings.max_p
+    greso_sampling_batch_ratio: float = GresoSettings.sampling_batch_ratio
+    greso_min_sampling_batch_ratio: float = GresoSettings.min_sampling_batch_ratio
+    greso_max_rounds: int = GresoSettings.max_rounds
 
     def __post_init__(self) -> None:
         problems = self.problems()

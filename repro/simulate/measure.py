@@ -32,7 +32,7 @@ class Measured:
 
 
 def _tokenizer():
-    from repro.local.tokenizer import build_tokenizer
+    from repro.cpu_lm.tokenizer import build_tokenizer
 
     return build_tokenizer()
 

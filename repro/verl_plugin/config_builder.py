@@ -25,10 +25,11 @@ from repro import catalog
 from repro.cell import ResolvedCell
 from repro.errors import ReproError
 from repro.launch.allocation_end import BARRIER_FLOOR_S, DIST_TIMEOUT_ENV
+from repro.launch.attention import VERL_ENTRY_MODULE
 from repro.loggers import TENSORBOARD_ENV, TENSORBOARD_FOLDER, parse_loggers
 from repro.rundir.retention import KEPT_ENV
 from repro.sampling.policies import policy_for
-from repro.sampling.settings import SETTINGS
+from repro.sampling.settings import SETTINGS, UniformSettings
 
 ADV_ESTIMATOR = "reinforce_ada"
 MANAGER_CLASS = "repro.verl_plugin.rollout.ReinforceAdaAgentLoopManager"
@@ -39,7 +40,7 @@ TRAINER_MODE = "repro_sync"
 PLUGIN_MODULE = "repro.verl_plugin.register"
 ENV_VARS_KEY = "ray_init.runtime_env.env_vars."
 CPU_MODULE = "repro.verl_plugin.cpu"  # loaded only for CPU cells
-ENTRY_MODULE = "repro.verl_plugin.entry"
+ENTRY_MODULE = VERL_ENTRY_MODULE  # named below the plugin: the launchers look for it in a trainer command
 
 
 @dataclass
@@ -153,22 +154,20 @@ def training_epochs(train_files: str | list[str], batch: int, total_steps: int |
     return None if total_steps is None else math.ceil(int(total_steps) / steps_per_epoch)
 
 
-# SamplerSpec fields a kind never reads, left out of `+algorithm.reinforce_ada` so a resolved config shows no
-# knob that does nothing: norm_adv_by_std is the uniform/dapo group-std switch (repro.sampling.step reads it
-# for those kinds only); Seq/Est's estimator divides by a std only under global_std_norm (the ablation).
-_UNREAD_SPEC_KEYS: dict[str, tuple[str, ...]] = {"seq": ("norm_adv_by_std",), "est": ("norm_adv_by_std",)}
-
-
 def _spec_items(spec) -> dict[str, Any]:
     """The sampler settings a cell hands the plugin's manager (`algorithm.reinforce_ada`): the paper's families
-    as they always have (every stored field but the ones their kind does not read); the literature's families
-    their own fields only (the manager rebuilds the rest as the spec's defaults, which they do not read)."""
+    as they always have, every stored field but GRPO's that their kind does not read (norm_adv_by_std, the
+    uniform/dapo group-std switch: Seq/Est's estimator divides by a std only under global_std_norm, the
+    ablation), so a resolved config shows no such knob that does nothing; the literature's families their own
+    fields only (the manager rebuilds the rest as the spec's defaults, which they do not read). What a kind
+    reads is its typed settings' `spec_fields`."""
     values = spec.to_dict()
     settings = SETTINGS[spec.kind]
+    read = {"kind", "seed", *settings.spec_fields().values()}
     if settings.prefix:
-        read = {"kind", "seed", *settings.spec_fields().values()}
         return {key: value for key, value in values.items() if key in read}
-    return {key: value for key, value in values.items() if key not in _UNREAD_SPEC_KEYS.get(spec.kind, ())}
+    unread = set(UniformSettings.spec_fields().values()) - read
+    return {key: value for key, value in values.items() if key not in unread}
 
 
 def released_report(cell: ResolvedCell, overrides: list[str]) -> list[str]:
@@ -368,12 +367,14 @@ def build_overrides(verl_cell: VerlCell) -> list[str]:
 
 
 def _barrier_timeout(backbone: str, o: dict[str, Any]) -> int:
-    """The save barrier's timeout of a GPU cell, from what it saves over how many ranks."""
-    from repro.launch.allocation_end import allocation_end
+    """The save barrier's timeout of a GPU cell, from what it saves, in which dtype, over how many ranks."""
+    from repro.checkpoint_bytes import DEFAULT_MODEL_DTYPE
+    from repro.launch.allocation_end import MODEL_DTYPE_KEY, allocation_end
 
     contents = o.get("actor_rollout_ref.actor.checkpoint.save_contents") or []
     ranks = int(o.get("trainer.nnodes") or 1) * int(o.get("trainer.n_gpus_per_node") or 1)
-    return allocation_end(backbone, [str(c) for c in contents], ranks).barrier_timeout_s
+    dtype = o.get(MODEL_DTYPE_KEY, DEFAULT_MODEL_DTYPE)
+    return allocation_end(backbone, [str(c) for c in contents], ranks, model_dtype=dtype).barrier_timeout_s
 
 
 def command(overrides: list[str]) -> list[str]:

@@ -15,23 +15,19 @@ from typing import Any
 from repro import vllm_cpu
 from repro.catalog import Backbone
 from repro.cell import ResolvedCell
+from repro.checkpoint_bytes import DEFAULT_MODEL_DTYPE, DTYPE_BYTES, save_bytes
 from repro.launch.allocation_end import AllocationEnd
+from repro.launch.attention import attention_asked
 from repro.rundir.slim import SLIM_DTYPE
 from repro.sizes import size_text
-from repro.stack_check import CellNeeds, Check, attention_asked, failures, submission_checks
+from repro.stack_check import CellNeeds, Check, failures, submission_checks
 from repro.verl_plugin.admission import Admission, VLLMRefusal, admit, runtime_env
 from repro.verl_plugin.config_builder import count_prompts, generous_epochs
 from repro.vllm_rules import read_model_config
 
-# Bytes a parameter takes in each part of a verl FSDP checkpoint (verl/utils/checkpoint/fsdp_checkpoint_manager.py).
-_DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
-_OPTIMIZER_BYTES = 8  # AdamW's exp_avg and exp_avg_sq, fp32 like the master weights
-# `hf_model`: verl 0.9.1 writes the gathered fp32 state dict (config.json says bfloat16, the tensors are
-# float32): measured on a tiny-arith checkpoint, 321,376 bytes of model.safetensors for 79,680 parameters
-_HF_MODEL_BYTES = 4
 # A save older than the newest K once the plugin slimmed it (repro.rundir.slim): its Hugging Face weights in
 # bf16 (SLIM_DTYPE), nothing else
-_SLIM_BYTES = _DTYPE_BYTES[SLIM_DTYPE]
+_SLIM_BYTES = DTYPE_BYTES[SLIM_DTYPE]
 REHEARSAL_MODEL = "tiny-arith"
 
 
@@ -63,26 +59,26 @@ class CheckpointDisk:
         """The preflight's "checkpoints:" line."""
         head = (
             f"checkpoints: {_count(self.params)} params x {self.bytes_per_param} bytes ({', '.join(self.parts)}) = "
-            f"{_size(self.per_save)} per save; {self.saves} saves"
+            f"{size_text(self.per_save)} per save; {self.saves} saves"
         )
         if not self.slimmed and self.kept == self.saves:
             whole = "all kept whole" if self.verl_limit is None else "all kept whole (fewer than verl's limit)"
-            return f"{head}, {whole} = {_size(self.total)} on disk at most"
+            return f"{head}, {whole} = {size_text(self.total)} on disk at most"
         if self.slim_bytes_per_param == 0:  # no plugin retention: verl's own limit deletes older saves
             return (
                 f"{head}, the last {self.kept} kept (trainer.max_actor_ckpt_to_keep={self.keep_limit}) = "
-                f"{_size(self.total)} on disk at most (verl forgets an earlier attempt's saves: each resume can "
+                f"{size_text(self.total)} on disk at most (verl forgets an earlier attempt's saves: each resume can "
                 f"leave up to {self.kept} more)"
             )
         older = (
             f"the other {self.slimmed} slimmed to their bf16 Hugging Face weights ({_SLIM_BYTES} bytes a param = "
-            f"{_size(self.per_slim)} each, what evaluation reads)"
+            f"{size_text(self.per_slim)} each, what evaluation reads)"
             if self.slim_bytes_per_param == _SLIM_BYTES
             else f"the other {self.slimmed} left whole (no hf_model: their FSDP shards are their only weights)"
         )
         text = (
             f"{head}: the newest {self.kept} whole (REPRO_CHECKPOINTS_KEPT={self.keep_limit}, across allocations), "
-            f"{older} = {_size(self.total)} on disk at most"
+            f"{older} = {size_text(self.total)} on disk at most"
         )
         if self.verl_limit is not None:
             text += (
@@ -100,12 +96,7 @@ def checkpoint_disk(cfg: Any, params: int) -> CheckpointDisk:
 
     actor = cfg.actor_rollout_ref.actor
     parts = tuple(actor.checkpoint.save_contents)
-    weight_bytes = _DTYPE_BYTES.get(str(actor.fsdp_config.get("model_dtype", "fp32")), 4)
-    bytes_per_param = (
-        ("model" in parts) * weight_bytes
-        + ("optimizer" in parts) * _OPTIMIZER_BYTES
-        + ("hf_model" in parts) * _HF_MODEL_BYTES
-    )
+    bytes_per_param = save_bytes(parts, actor.fsdp_config.get("model_dtype", DEFAULT_MODEL_DTYPE))
     steps, freq = cfg.trainer.total_training_steps, cfg.trainer.save_freq
     saves = 0 if not steps or freq is None or freq <= 0 else steps // freq + (1 if steps % freq else 0)
     limit = cfg.trainer.get("max_actor_ckpt_to_keep")
@@ -126,9 +117,9 @@ def sweep_disk_line(disks: list[CheckpointDisk | None]) -> str:
     slim = sum(d.per_slim * d.slimmed for d in known)
     unknown = len(disks) - len(known)
     text = (
-        f"checkpoints, whole sweep: {len(known)} GPU cell(s), {_size(whole + slim)} on disk at most when every cell "
-        f"has trained ({_size(whole)} in the cells' newest whole saves, {_size(slim)} in their older saves' bf16 "
-        "weights, every save's kept for the curves)"
+        f"checkpoints, whole sweep: {len(known)} GPU cell(s), {size_text(whole + slim)} on disk at most when every "
+        f"cell has trained ({size_text(whole)} in the cells' newest whole saves, {size_text(slim)} in their older "
+        "saves' bf16 weights, every save's kept for the curves)"
     )
     return text + (f"; {unknown} cell(s) without a parameter count are not in it" if unknown else "")
 
@@ -343,9 +334,10 @@ def _allocation_end(cfg: Any, model: str) -> AllocationEnd:
     """The stop margin and save barrier of a GPU cell, from what its config saves over how many ranks."""
     from repro.launch.allocation_end import allocation_end
 
-    contents = [str(c) for c in cfg.actor_rollout_ref.actor.checkpoint.save_contents]
+    actor = cfg.actor_rollout_ref.actor
+    contents = [str(c) for c in actor.checkpoint.save_contents]
     ranks = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
-    return allocation_end(model, contents, ranks)
+    return allocation_end(model, contents, ranks, model_dtype=actor.fsdp_config.get("model_dtype", DEFAULT_MODEL_DTYPE))
 
 
 def _count(n: int) -> str:
@@ -353,10 +345,6 @@ def _count(n: int) -> str:
         if n >= size:
             return f"{n / size:.2f}{unit}"
     return str(n)
-
-
-def _size(n: float) -> str:
-    return size_text(n)
 
 
 def verify_cell(

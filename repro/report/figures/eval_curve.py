@@ -35,7 +35,7 @@ def _origins(eval_df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Data
         empty = eval_df.iloc[0:0]
         return eval_df, empty, empty
     from repro.evaluation.runner import BASE_MODEL, RELEASED_CHECKPOINT
-    from repro.report.collect import ORIGIN_RUN
+    from repro.report.schema import ORIGIN_RUN
 
     origin = eval_df["origin"]
     trained = origin.isna() | (origin == ORIGIN_RUN)

@@ -89,7 +89,7 @@ def convert(gguf: Path, build: dict, out: Path) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    from repro.local.model import quiet_transformers
+    from repro.cpu_lm.model import quiet_transformers
 
     quiet_transformers()
     try:

@@ -12,10 +12,10 @@ def built_folder(backbone: catalog.Backbone) -> Path:
     """The cached folder of a backbone this project builds, whether or not it is built yet (a run folder's
     config names it before the build, so a resume compares the same path)."""
     if backbone.build is not None:
-        from repro.local.registry_model import model_folder
+        from repro.cpu_lm.registry_model import model_folder
 
         return model_folder(backbone)
-    from repro.local.model import TinyModelSpec, model_folder
+    from repro.cpu_lm.model import TinyModelSpec, model_folder
 
     return model_folder(TinyModelSpec())
 
@@ -23,11 +23,11 @@ def built_folder(backbone: catalog.Backbone) -> Path:
 def ensure_built(backbone: catalog.Backbone) -> Path:
     """`built_folder`, built now with a progress bar on stderr if it is not there yet."""
     if backbone.build is not None:
-        from repro.local.registry_model import ensure_with_progress
+        from repro.cpu_lm.registry_model import ensure_with_progress
 
         return ensure_with_progress(backbone)
     from repro.console import progress_bar, stderr_console
-    from repro.local.model import TinyModelSpec, ensure_tiny_model
+    from repro.cpu_lm.model import TinyModelSpec, ensure_tiny_model
 
     folder, spec = built_folder(backbone), TinyModelSpec()
     if (folder / "COMPLETE").exists():
@@ -46,6 +46,6 @@ def backbone_weights(backbone: catalog.Backbone) -> Path | str:
         return local_weights(backbone.hf_id)
     if backbone.build is not None:
         return ensure_built(backbone)
-    from repro.local.model import ensure_tiny_model
+    from repro.cpu_lm.model import ensure_tiny_model
 
     return ensure_tiny_model()

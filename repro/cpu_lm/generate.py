@@ -5,7 +5,7 @@ checkpoints, so a resumed run samples exactly what an uninterrupted one would), 
 sampling with no hidden top-k, and returns token ids cut at the first EOS. Rows that have finished leave the
 running batch (`compact`), so a step costs what the rows still running cost.
 
-A plain Qwen2 or Llama model runs through `repro.local.qwen2_forward` instead of its own `forward`: the same
+A plain Qwen2 or Llama model runs through `repro.cpu_lm.qwen2_forward` instead of its own `forward`: the same
 bits (tests/test_qwen2_forward.py) without transformers' per-call overhead, which on the tiny model is most
 of a forward's time. Any other model (the tests' fixed-distribution stand-ins, a wrapped model) is called.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from repro.local.qwen2_forward import CompactForward, SharedPrompts, compact_forward
+from repro.cpu_lm.qwen2_forward import CompactForward, SharedPrompts, compact_forward
 
 
 @dataclass

@@ -28,16 +28,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from repro.local.adamw import AdamW
-from repro.local.generate import make_batch, response_logprobs, sample
-from repro.local.tokenizer import build_tokenizer
+from repro.cpu_lm.adamw import AdamW
+from repro.cpu_lm.generate import make_batch, response_logprobs, sample
+from repro.cpu_lm.tokenizer import build_tokenizer
 from repro.paths import repro_home
 from repro.reward import compute_score
 from repro.tasks.tiny_arith import LEVELS, Problem, build, make_problem
 
 # 4: the v3 model built under repro.arithmetic's pinned kernels (issue 35): a v3 folder holds whatever bits its
 # machine's kernels gave, so it is rebuilt rather than reused
-MODEL_VERSION = 6  # 6: OpenBLAS products (repro.local.blas); 5: AdamW with a correctly rounded sqrt (repro.local.adamw)
+# 6: OpenBLAS products (repro.cpu_lm.blas); 5: AdamW with a correctly rounded sqrt (repro.cpu_lm.adamw)
+MODEL_VERSION = 6
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ checkpoint that transformers, verl and vLLM load) with plain torch calls, and a 
 decoding. Measured on tiny-arith under the arithmetic pin (CPU ms, transformers -> compact): a decode step of
 8 rows 1.2 -> 0.5, of 256 rows 4.2 -> 3.1, a 256-row prefill of 22 tokens 49 -> 43.
 
-The matrix products are the one thing it computes its own way: `LINEAR` (`repro.local.blas.linear`, OpenBLAS's
+The matrix products are the one thing it computes its own way: `LINEAR` (`repro.cpu_lm.blas.linear`, OpenBLAS's
 pinned AVX2 kernels, 2-3x the rate of MKL's reproducible SSE2 branch that torch's F.linear runs under the pin).
 Those round differently from transformers' products, within float32 rounding of the same sums. Everything
 else is transformers' own op sequence, so with `LINEAR = F.linear` the forward and its backward are
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from repro.local import blas
+from repro.cpu_lm import blas
 
 FORCE_TRANSFORMERS_ENV = "REPRO_TRANSFORMERS_FORWARD"
 # every matrix product of the forward and its backward; tests set torch's F.linear here to compare the rest of the
@@ -76,7 +76,7 @@ class KVCache:
     """Keys and values of every layer for `rows` sequences, preallocated to `capacity` positions (each
     [rows, kv_heads, capacity, head_dim]). Decoding writes one column a step instead of concatenating a new
     tensor per layer as transformers' `DynamicCache` does. `batch_select_indices` has DynamicCache's name, so
-    the sampler's row compaction (`repro.local.generate.select_cache_rows`) serves both."""
+    the sampler's row compaction (`repro.cpu_lm.generate.select_cache_rows`) serves both."""
 
     def __init__(self, layers: int, rows: int, kv_heads: int, capacity: int, head_dim: int, dtype: torch.dtype):
         shape = (rows, kv_heads, capacity, head_dim)
@@ -112,7 +112,7 @@ class SharedPrompts:
     """Keys and values of each distinct prompt, computed once (a prefill of the distinct prompts only) and
     gathered for every row that repeats it (`group`: row -> distinct prompt), with gradients: a training
     batch holds n responses of each prompt, and recomputing the prompt per response was 40-65% of the update's
-    tokens on tiny-arith (`repro.local.generate.response_logprobs(share_prompts=True)`). The gather and the
+    tokens on tiny-arith (`repro.cpu_lm.generate.response_logprobs(share_prompts=True)`). The gather and the
     concatenation are the ops transformers' `DynamicCache` runs (`batch_select_indices`, then `update`'s
     `torch.cat`), so the compact and transformers paths keep computing the same bits.
 
