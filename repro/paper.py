@@ -15,6 +15,7 @@ from repro.errors import ReproError
 
 __all__ = [
     "BENCHMARKS",
+    "PAPER_STAND_IN",
     "PAPER_TABLES_DIR",
     "benchmark_sizes",
     "signal_loss",
@@ -24,6 +25,9 @@ __all__ = [
 ]
 
 PAPER_TABLES_DIR = Path(__file__).resolve().parents[1] / "paper_tables"
+# The paper's backbone a backbone it did not train (every CPU miniature) is compared against: its smallest, in the
+# report's verdicts and Table 2's step-time bars alike.
+PAPER_STAND_IN = "qwen2.5-math-1.5b"
 # Table 1's benchmark columns, in the paper's order.
 BENCHMARKS = ("math500", "minerva_math", "olympiadbench", "aime_like")
 

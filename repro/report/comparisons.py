@@ -11,9 +11,9 @@ import pandas as pd
 
 from repro import paper
 from repro.report import stats, tables
-from repro.report.verdicts import points_text
+from repro.report.verdicts import interval_text, points_text
 
-PAPER_STAND_IN = "qwen2.5-math-1.5b"  # the paper's backbone a miniature is compared against
+PAPER_STAND_IN = paper.PAPER_STAND_IN  # the paper's backbone a miniature is compared against
 
 LABELS = {
     "grpo-n4": "GRPO-n4",
@@ -83,10 +83,6 @@ def _step_seconds(
     return None if ratio is None else (ratio, mine, theirs)
 
 
-def _number(value: float) -> str:
-    return f"{round(value, 1) + 0.0:.1f}"
-
-
 def _paper_weighted() -> dict[tuple[str, str, str], float]:
     """(backbone, prompt_set, method) -> the paper's weighted Ave@32 (Table 1, then the all-methods summary)."""
     out: dict[tuple[str, str, str], float] = {}
@@ -112,14 +108,10 @@ def paper_difference(backbone: str, comparison: Comparison) -> tuple[float | Non
 
 def difference_text(interval: stats.Interval) -> str:
     """A paired difference over seeds in REPORT.md's words, shared by its measured clause and its base-model
-    sentence. `verdicts.interval_text` words the bench's differently (one seed, no seed) and prints an endpoint
-    that rounds to zero from below as "-0.0", where this prints "0.0"."""
+    sentence: `verdicts.interval_text`'s, but for one seed, which the paper's comparisons word as here."""
     if not interval.has_interval:
         return f"{points_text(interval.mean)} points on 1 seed (one seed: no interval)"
-    return (
-        f"{points_text(interval.mean)} points, 95% CI [{_number(interval.low)}, {_number(interval.high)}] over "
-        f"{interval.n} seeds"
-    )
+    return interval_text(interval)
 
 
 def _measured_clause(by_seed: pd.DataFrame, backbone: str, comparison: Comparison) -> tuple[str, stats.Interval]:

@@ -39,7 +39,6 @@ from repro.report.comparisons import (
     Comparison,
     _label,
     _measured_clause,
-    _number,
     _ratio,
     _step_seconds,
     difference_text,
@@ -51,6 +50,7 @@ from repro.report.verdicts import (
     CANNOT_TELL,
     DISAGREES,
     FIRM_REPEAT,
+    decimal_text,
     no_loss_verdict,
     points_text,
     stability_clause,
@@ -89,7 +89,8 @@ def _paper_clause(backbone: str, comparison: Comparison) -> tuple[str, float | N
     where = f"{source}, {comparison.prompt_set}"
     if source != backbone:
         where += f"; {backbone} is a miniature, so compared against the paper's {source} rows"
-    return f"the paper reports {points_text(delta)} points ({_number(mine)} vs {_number(theirs)}, {where})", delta
+    numbers = f"{decimal_text(mine)} vs {decimal_text(theirs)}, {where}"
+    return f"the paper reports {points_text(delta)} points ({numbers})", delta
 
 
 def _cost_clause(
@@ -109,7 +110,7 @@ def _cost_clause(
                 mine, theirs = (float(rows[m][column].iloc[0]) for m in (comparison.method, comparison.reference))
                 ratio = _ratio(mine, theirs)
                 if ratio is not None:
-                    parts.append(f"{ratio} {b}'s {what} ({_number(mine)} vs {_number(theirs)})")
+                    parts.append(f"{ratio} {b}'s {what} ({decimal_text(mine)} vs {decimal_text(theirs)})")
     seconds = _step_seconds(step_time, backbone, comparison)
     if seconds is not None:
         ratio, mine, theirs = seconds
@@ -143,7 +144,8 @@ def base_gain_sentence(by_seed: pd.DataFrame, backbone: str, prompt_set: str, me
     gains, _ = tables.gain_values(by_seed, backbone, prompt_set, method)
     stability = stability_clause(gains, outcome)
     return (
-        f"{head}: {_number(base)} -> {_number(base + interval.mean)}, {measured}. Verdict: **{outcome}**. {stability}",
+        f"{head}: {decimal_text(base)} -> {decimal_text(base + interval.mean)}, {measured}. "
+        f"Verdict: **{outcome}**. {stability}",
         outcome,
     )
 

@@ -14,6 +14,16 @@ The labels below mark the rows of a model run folder (a released checkpoint or a
 and the training table's cumulative tokens: collect writes them, tables, figures and REPORT.md read them.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from repro.errors import ReproError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
 RUN_KEYS = ("run", "backbone", "method", "prompt_set", "seed")
 TABLES = ("runs", "training", "eval")
 # the runs trained to a token budget (a compute-matched baseline's long run, `repro run --until-tokens`), kept
@@ -28,3 +38,11 @@ BASE_MODEL_LABEL = "base model"  # the method column of a base model's rows
 NO_PROMPT_SET = "none"  # the prompt_set column of a base model's rows: it was trained on none
 RELEASED_SUFFIX = " (released checkpoint)"
 GENERATED_CUMULATIVE = "tokens/generated_cumulative"  # the x axis of the bench's matched-compute comparison
+
+
+def require_columns(frame: pd.DataFrame, columns: Iterable[str], table: str) -> None:
+    """A results table read back must hold the columns the schema promises: a folder collected by an older
+    version (or edited by hand) fails here with the one fix, not deep inside a table or a figure."""
+    lacking = [c for c in columns if c not in frame.columns]
+    if lacking:
+        raise ReproError(f"the {table} table lacks column(s) {', '.join(lacking)}; rerun `repro collect`")

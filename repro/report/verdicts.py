@@ -43,6 +43,11 @@ def points_text(value: float) -> str:
     return f"{value:+.1f}" if value else "0.0"
 
 
+def decimal_text(value: float) -> str:
+    """A percentage to one decimal, never "-0.0" (a difference that rounds to nothing reads as none)."""
+    return f"{round(value, 1) + 0.0:.1f}"
+
+
 def interval_text(interval: stats.Interval) -> str:
     """A paired difference in words: its mean, 95% t interval and seeds (one seed: no interval)."""
     if interval.n == 0:
@@ -50,7 +55,8 @@ def interval_text(interval: stats.Interval) -> str:
     if not interval.has_interval:
         return f"{points_text(interval.mean)} points on 1 seed (no interval)"
     return (
-        f"{points_text(interval.mean)} points, 95% CI [{interval.low:.1f}, {interval.high:.1f}] over {interval.n} seeds"
+        f"{points_text(interval.mean)} points, 95% CI [{decimal_text(interval.low)}, {decimal_text(interval.high)}] "
+        f"over {interval.n} seeds"
     )
 
 

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from repro import catalog
 from repro.errors import ReproError
-from repro.report.schema import RUN_KEYS
+from repro.report.schema import RUN_KEYS, require_columns
 from repro.report.style import method_color, new_figure, sort_methods
 
 __all__ = [
@@ -51,12 +51,6 @@ def _window(window: int) -> int:
     if int(window) < 1:
         raise ReproError(f"--window must be >= 1, got {window}")
     return int(window)
-
-
-def _check(frame: pd.DataFrame, table: str, columns: Iterable[str]) -> None:
-    lacking = [c for c in columns if c not in frame.columns]
-    if lacking:
-        raise ReproError(f"the {table} table lacks column(s) {', '.join(lacking)}; rerun `repro collect`")
 
 
 def _grid_missing(
@@ -99,7 +93,7 @@ def prologue(
     Returns (window as an int, missing lines); a figure without a window ignores the first.
     """
     window = _window(window)
-    _check(frame, table, (*RUN_KEYS, *columns))
+    require_columns(frame, (*RUN_KEYS, *columns), table)
     return window, _grid_missing(frame, expected, what, keep)
 
 

@@ -17,7 +17,6 @@ __all__ = ["MEASURED_LABEL", "PAPER_LABEL", "STEP_TIME", "step_time"]
 STEP_TIME = "timing_s/step"
 MEASURED_LABEL = "this reproduction"
 PAPER_LABEL = "paper Table 2 (8xH100)"
-PAPER_STAND_IN = "qwen2.5-math-1.5b"  # the paper's bars for a backbone Table 2 does not time
 
 
 def _paper_rows(reference: pd.DataFrame, backbone: str) -> tuple[pd.DataFrame, str]:
@@ -26,8 +25,8 @@ def _paper_rows(reference: pd.DataFrame, backbone: str) -> tuple[pd.DataFrame, s
     if len(own) or reference.empty:
         return own.set_index("method"), PAPER_LABEL
     return (
-        reference[reference["backbone"] == PAPER_STAND_IN].set_index("method"),
-        f"paper Table 2, {PAPER_STAND_IN} (8xH100)",
+        reference[reference["backbone"] == paper_tables.PAPER_STAND_IN].set_index("method"),
+        f"paper Table 2, {paper_tables.PAPER_STAND_IN} (8xH100)",
     )
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from repro import paper
 from repro.errors import ReproError
-from repro.report.schema import BASE_MODEL_LABEL, NO_PROMPT_SET, RELEASED_SUFFIX, RUN_KEYS
+from repro.report.schema import BASE_MODEL_LABEL, NO_PROMPT_SET, RELEASED_SUFFIX, RUN_KEYS, require_columns
 
 GROUP_KEYS = ("backbone", "prompt_set", "method")
 REFERENCE_METHOD = "grpo-n4"
@@ -97,12 +97,6 @@ def _sorted_benchmarks(names: Iterable[str]) -> list[str]:
 # ------------------------------------------------------------------------------------------ inputs
 
 
-def _require(frame: pd.DataFrame, columns: Iterable[str], table: str) -> None:
-    lacking = [c for c in columns if c not in frame.columns]
-    if lacking:
-        raise ReproError(f"the {table} table lacks column(s) {', '.join(lacking)}; rerun `repro collect`")
-
-
 def _select_checkpoint(eval_df: pd.DataFrame, checkpoint: str | int) -> pd.DataFrame:
     steps = pd.to_numeric(eval_df["checkpoint_step"], errors="coerce")
     if str(checkpoint) == "final":
@@ -127,5 +121,5 @@ def _percent(values: pd.Series | pd.DataFrame) -> pd.Series | pd.DataFrame:
 def _measured_steps(training_df: pd.DataFrame, prompt_set: str | None) -> pd.DataFrame:
     if training_df is None:
         training_df = pd.DataFrame(columns=[*RUN_KEYS, "step"])
-    _require(training_df, [*RUN_KEYS, "step"], "training")
+    require_columns(training_df, [*RUN_KEYS, "step"], "training")
     return _filter_prompt_set(training_df, prompt_set)

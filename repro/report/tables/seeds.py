@@ -10,14 +10,13 @@ import numpy as np
 import pandas as pd
 
 from repro.report import stats
-from repro.report.schema import BASE_MODEL_LABEL, ORIGIN_RUN, RUN_KEYS, WEIGHTED_AVERAGE
+from repro.report.schema import BASE_MODEL_LABEL, ORIGIN_RUN, RUN_KEYS, WEIGHTED_AVERAGE, require_columns
 from repro.report.tables.common import (
     GROUP_KEYS,
     REFERENCE_METHOD,
     WEIGHTED_MEASURED,
     _filter_prompt_set,
     _percent,
-    _require,
     _select_checkpoint,
     _sorted_benchmarks,
 )
@@ -101,7 +100,7 @@ def weighted_by_seed(
     """One row per (backbone, prompt_set, method, seed): the weighted Ave@k in percent at full precision,
     `trained` (False for a released checkpoint or base model evaluated by name: they have no seed to pair)
     and `benchmarks` (the benchmarks that weighted average covers, comma-joined)."""
-    _require(eval_df, [*RUN_KEYS, "checkpoint_step", "benchmark", "ave_at_k"], "eval")
+    require_columns(eval_df, [*RUN_KEYS, "checkpoint_step", "benchmark", "ave_at_k"], "eval")
     selected = _filter_prompt_set(_select_checkpoint(eval_df, checkpoint), prompt_set)
     return _by_seed(_measured_rows(selected)[2])
 

@@ -10,7 +10,7 @@ import pandas as pd
 from repro import paper
 from repro.errors import ReproError
 from repro.report import stats
-from repro.report.schema import RELEASED_SUFFIX, RUN_KEYS
+from repro.report.schema import RELEASED_SUFFIX, RUN_KEYS, require_columns
 from repro.report.tables.common import (
     _DECIMALS,
     _MEASURED,
@@ -24,7 +24,6 @@ from repro.report.tables.common import (
     WEIGHTED_MEASURED,
     WEIGHTED_PAPER,
     _filter_prompt_set,
-    _require,
     _select_checkpoint,
     _sort,
     _sorted_benchmarks,
@@ -143,7 +142,7 @@ def weighted_average_table(
     keys = list(GROUP_KEYS)
     if eval_df is None:
         eval_df = pd.DataFrame(columns=[*RUN_KEYS, "checkpoint_step", "benchmark", "problems", "k", "ave_at_k"])
-    _require(eval_df, [*RUN_KEYS, "checkpoint_step", "benchmark", "ave_at_k"], "eval")
+    require_columns(eval_df, [*RUN_KEYS, "checkpoint_step", "benchmark", "ave_at_k"], "eval")
     selected = _filter_prompt_set(_select_checkpoint(eval_df, checkpoint), prompt_set)
     measured, measured_benchmarks, runs = _measured_rows(selected)
     paper_rows = _paper_rows(prompt_set)
