@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from repro.overrides import override_values
+
 ATTENTION_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
 VERL_DEFAULT_ATTENTION = "flash_attention_2"  # verl 0.9.1 workers/config/model.py
 FALLBACK_ATTENTION = "sdpa"  # torch's own kernel: no extra package, same result, slower
@@ -18,11 +20,8 @@ VERL_ENTRY_MODULE = "repro.verl_plugin.entry"
 def attention_asked(overrides: Sequence[str]) -> tuple[str, bool]:
     """(the attention the cell asks for, whether explicitly): an override of the key is explicit; without one
     the cell takes verl's default."""
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if key.lstrip("+") == ATTENTION_KEY:
-            return value.strip("'\""), True
-    return VERL_DEFAULT_ATTENTION, False
+    value = override_values(overrides).get(ATTENTION_KEY)
+    return (VERL_DEFAULT_ATTENTION, False) if value is None else (value.strip("'\""), True)
 
 
 def attention_fallback(argv: Sequence[str]) -> tuple[list[str], dict[str, str] | None]:
